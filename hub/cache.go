@@ -1,0 +1,188 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// RepoFolderName returns the cache folder of a model repository:
+// "models--" + repo with "/" replaced by "--" (hub-and-go.md A10).
+func RepoFolderName(repo string) string {
+	return "models--" + strings.ReplaceAll(repo, "/", "--")
+}
+
+func repoDir(cache, repo string) string { return filepath.Join(cache, RepoFolderName(repo)) }
+
+func blobPath(cache, repo, etag string) string {
+	return filepath.Join(repoDir(cache, repo), "blobs", etag)
+}
+
+// checkRevisionName refuses revision names that would escape refs/.
+func checkRevisionName(rev string) error {
+	if err := checkRepoPath(rev); err != nil {
+		return fmt.Errorf("invalid revision name %q", rev)
+	}
+	return nil
+}
+
+// readRef returns the commit stored in refs/<revision>, or the revision itself
+// when it is a commit whose snapshot folder exists.
+func readRef(cache, repo, rev string) (string, error) {
+	if rev == "" {
+		rev = "main"
+	}
+	if IsCommit(rev) {
+		if _, err := os.Stat(filepath.Join(repoDir(cache, repo), "snapshots", rev)); err == nil {
+			return rev, nil
+		}
+		return "", fmt.Errorf("commit %s of %s is not in the cache %s", rev, repo, cache)
+	}
+	if err := checkRevisionName(rev); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(repoDir(cache, repo), "refs", filepath.FromSlash(rev)))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("revision %q of %s is not in the cache %s (fetch it once online)", rev, repo, cache)
+		}
+		return "", err
+	}
+	c := strings.TrimSpace(string(b))
+	if !IsCommit(c) {
+		return "", fmt.Errorf("cache ref %s of %s holds %q, not a commit", rev, repo, c)
+	}
+	return c, nil
+}
+
+// writeRef records refs/<revision> = commit, atomically, only when it changed.
+func writeRef(cache, repo, rev, commit string) error {
+	if rev == "" || IsCommit(rev) {
+		return nil
+	}
+	if err := checkRevisionName(rev); err != nil {
+		return err
+	}
+	p := filepath.Join(repoDir(cache, repo), "refs", filepath.FromSlash(rev))
+	if b, err := os.ReadFile(p); err == nil && string(b) == commit {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return fmt.Errorf("write ref %s: %w", rev, err)
+	}
+	return writeFileAtomic(p, []byte(commit))
+}
+
+// SnapshotDir returns the cached snapshot folder of repo at revision (a
+// branch or tag recorded in refs/, or a commit) without any network access.
+func SnapshotDir(cacheDir, repo, revision string) (string, error) {
+	if err := ValidateRepoID(repo); err != nil {
+		return "", err
+	}
+	commit, err := readRef(cacheDir, repo, revision)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(repoDir(cacheDir, repo), "snapshots", commit)
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("snapshot %s of %s: %w", commit, repo, err)
+	}
+	return dir, nil
+}
+
+// linkSnapshot makes snapshots/<commit>/<path> a relative symlink to
+// ../../blobs/<etag> (depth adjusted), replacing whatever was there.
+func linkSnapshot(cache, repo, commit, path, etag string) error {
+	if err := checkRepoPath(path); err != nil {
+		return err
+	}
+	snap := filepath.Join(repoDir(cache, repo), "snapshots", commit)
+	dst := filepath.Join(snap, filepath.FromSlash(path))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("link %s: %w", path, err)
+	}
+	rel, err := filepath.Rel(filepath.Dir(dst), blobPath(cache, repo, etag))
+	if err != nil {
+		return fmt.Errorf("link %s: %w", path, err)
+	}
+	if cur, err := os.Readlink(dst); err == nil && cur == rel {
+		return nil
+	}
+	tmp := dst + ".lithos-link"
+	os.Remove(tmp)
+	if err := os.Symlink(rel, tmp); err != nil {
+		return fmt.Errorf("link %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("link %s: %w", path, err)
+	}
+	return nil
+}
+
+// ensureCacheDirTag creates CACHEDIR.TAG at the cache root as huggingface_hub
+// does, so backup tools skip the cache.
+func ensureCacheDirTag(cache string) {
+	p := filepath.Join(cache, "CACHEDIR.TAG")
+	if _, err := os.Stat(p); err == nil {
+		return
+	}
+	_ = os.MkdirAll(cache, 0o755)
+	_ = os.WriteFile(p, []byte("Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by Hugging Face Hub tools (lithos).\n"), 0o644)
+}
+
+// lockBlob takes the exclusive flock huggingface_hub takes on
+// .locks/<repo folder>/<etag>.lock, so two tools never write one blob at once.
+// The returned function releases it.
+func lockBlob(cache, repo, etag string) (func(), error) {
+	dir := filepath.Join(cache, ".locks", RepoFolderName(repo))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", etag, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, etag+".lock"), os.O_CREATE|os.O_RDWR, 0o664)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", etag, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil && !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.ENOSYS) {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", etag, err)
+	}
+	return func() {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// writeFileAtomic writes data to a temp file beside path, syncs it, and
+// renames it over path.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
