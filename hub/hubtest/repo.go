@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -46,6 +47,12 @@ type RepoSettings struct {
 	// relative Location to the same path under the new id, the way the Hub redirects renamed repos
 	// (hub-and-go.md A3 step 2). The old directory need not exist.
 	RenamedTo string `json:"renamed_to,omitempty"`
+	// DeclaredSHA256 maps repo paths of LFS files to a sha256 the server announces without hashing the
+	// file. It exists for synthetic header-only checkpoints (sparse files of tens of GB, see
+	// `lithos-pack synth-headers`) whose content is only ever read in ranges: hashing 22 GB of holes
+	// would take a minute. A client that downloads such a file in full and verifies it sees a checksum
+	// mismatch, as it should: the declared id is not the content's.
+	DeclaredSHA256 map[string]string `json:"lfs_sha256,omitempty"`
 }
 
 func (s RepoSettings) merge(o RepoSettings) RepoSettings {
@@ -64,6 +71,9 @@ func (s RepoSettings) merge(o RepoSettings) RepoSettings {
 	if o.RenamedTo != "" {
 		s.RenamedTo = o.RenamedTo
 	}
+	if len(o.DeclaredSHA256) > 0 {
+		s.DeclaredSHA256 = maps.Clone(o.DeclaredSHA256)
+	}
 	return s
 }
 
@@ -72,6 +82,11 @@ func (s RepoSettings) validate() error {
 	case "", "auto", "manual":
 	default:
 		return fmt.Errorf("gated %q: want \"\", \"auto\" or \"manual\"", s.Gated)
+	}
+	for p, sum := range s.DeclaredSHA256 {
+		if !sha256HexRE.MatchString(sum) {
+			return fmt.Errorf("lfs_sha256 of %q: %q is not 64 lower-case hex digits", p, sum)
+		}
 	}
 	if s.RenamedTo != "" {
 		org, name, ok := strings.Cut(s.RenamedTo, "/")
@@ -86,6 +101,8 @@ func (s RepoSettings) validate() error {
 // (`validate_repo_id`: letters, digits, "-", "_", "."; no "--" or ".."; no leading/trailing "-" or ".";
 // at most 96 characters). Stricter than needed here, which is the point: a part that passes cannot
 // address anything outside ROOT.
+var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
 var repoPartRE = regexp.MustCompile(`^[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$`)
 
 func validRepoPart(s string) bool {
@@ -201,6 +218,11 @@ func (s *Server) loadRepo(org, name string) (*snapshot, error) {
 			continue
 		}
 		e.LFS = s.isLFS(e.Path, e.Size)
+		if sum, ok := set.DeclaredSHA256[e.Path]; ok && e.LFS {
+			ptr := lfsPointer(sum, e.Size)
+			e.SHA256, e.PointerSize, e.OID = sum, len(ptr), gitBlobSHA1(ptr)
+			continue
+		}
 		if err := s.hashFile(e); err != nil {
 			return nil, err
 		}

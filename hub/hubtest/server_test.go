@@ -988,3 +988,29 @@ func TestServesCommittedFixture(t *testing.T) {
 		}
 	}
 }
+
+// TestDeclaredSHA256: a declared LFS id is announced without hashing the
+// file (synthetic sparse checkpoints), and the blob is served under it.
+func TestDeclaredSHA256(t *testing.T) {
+	root := t.TempDir()
+	data := randBytes(99, 5000)
+	if err := WriteRepo(root, "acme", "synth", map[string][]byte{"model.safetensors": data}); err != nil {
+		t.Fatal(err)
+	}
+	declared := strings.Repeat("ab", 32)
+	if err := WriteSettings(root, "acme", "synth", RepoSettings{DeclaredSHA256: map[string]string{"model.safetensors": declared}}); err != nil {
+		t.Fatal(err)
+	}
+	srv := Start(t, root, Options{})
+	resp, _ := do(t, "HEAD", srv.URL+"/acme/synth/resolve/main/model.safetensors", nil)
+	wantStatus(t, resp, 302)
+	wantHeader(t, resp, "X-Linked-Etag", `"`+declared+`"`)
+	resp, body := do(t, "GET", srv.URL+"/cdn/acme/synth/"+declared, hdr{"Range": "bytes=10-19"})
+	wantStatus(t, resp, 206)
+	if string(body) != string(data[10:20]) {
+		t.Errorf("range under the declared id served %q", body)
+	}
+	if err := WriteSettings(root, "acme", "bad", RepoSettings{DeclaredSHA256: map[string]string{"x": "nothex"}}); err == nil {
+		t.Error("a malformed declared sha256 was accepted")
+	}
+}
