@@ -303,13 +303,14 @@ func TestAuditJSONAndText(t *testing.T) {
 		}
 	}
 	// The table is aligned: every row of the byte table puts its GB column
-	// at the same offset.
+	// (followed by the bytes column) at the same offset.
 	lines := strings.Split(out, "\n")
 	var ends []int
 	for _, l := range lines {
-		if strings.HasSuffix(strings.TrimRight(l, " "), "8.556") || strings.HasSuffix(strings.TrimRight(l, " "), "17.608") ||
-			strings.HasSuffix(strings.TrimRight(l, " "), "1.770") {
-			ends = append(ends, len(strings.TrimRight(l, " ")))
+		for _, gb := range []string{" 8.556 ", " 17.608 ", " 1.770 "} {
+			if i := strings.Index(l, gb); i >= 0 {
+				ends = append(ends, i+len(gb))
+			}
 		}
 	}
 	if len(ends) != 3 || ends[0] != ends[1] || ends[1] != ends[2] {

@@ -33,7 +33,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		return p.err
 	}
 	tw := p.table()
-	fmt.Fprintf(tw, "Tensor group\tFormat\t%8s\t\n", "GB")
+	fmt.Fprintf(tw, "Tensor group\tFormat\t%8s\t%15s\t\n", "GB", "bytes")
 	var pass, rest []GroupReport
 	for _, g := range r.Groups {
 		if g.ID.PerPass() {
@@ -43,20 +43,20 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	for _, g := range pass {
-		fmt.Fprintf(tw, "%s\t%s\t%8.3f\t\n", g.Label, g.Format, g.GB)
+		fmt.Fprintf(tw, "%s\t%s\t%8.3f\t%15s\t\n", g.Label, g.Format, g.GB, commas(g.Bytes))
 	}
-	fmt.Fprintf(tw, "Read on every decode pass\t\t%8.3f\t\n", r.PerPassWeightsGB)
+	fmt.Fprintf(tw, "Read on every decode pass\t\t%8.3f\t%15s\t\n", r.PerPassWeightsGB, commas(r.PerPassWeightsBytes))
 	for _, g := range rest {
-		fmt.Fprintf(tw, "%s\t%s\t%8.3f\t\n", g.Label, g.Format, g.GB)
+		fmt.Fprintf(tw, "%s\t%s\t%8.3f\t%15s\t\n", g.Label, g.Format, g.GB, commas(g.Bytes))
 	}
-	fmt.Fprintf(tw, "All tensors (%d files of %.2f GB)\t\t%8.3f\t\n", len(r.Source.Files), r.FileGB, r.TensorGB)
+	fmt.Fprintf(tw, "All tensors (%d files of %.2f GB)\t\t%8.3f\t%15s\t\n", len(r.Source.Files), r.FileGB, r.TensorGB, commas(r.TensorBytes))
 	p.flush(tw)
 
 	if s := r.State; s != nil {
 		p.f("\nState per pass\n")
 		tw := p.table()
-		fmt.Fprintf(tw, "Gated DeltaNet state, FP32, %d layers\t%.0f MB\tread and written: %.3f GB\t\n", s.GDNLayers, s.GDNStateMB, s.GDNStateReadWrittenGB)
-		fmt.Fprintf(tw, "Conv state, BF16, %d layers\t%.1f MB\tread and written: %.3f GB\t\n", s.GDNLayers, float64(s.ConvStateBytes)/1e6, GB(2*s.ConvStateBytes))
+		fmt.Fprintf(tw, "Gated DeltaNet state, FP32, %d layers\t%s\tread and written: %.3f GB\t\n", s.GDNLayers, stateBytes(s.GDNStateBytes), s.GDNStateReadWrittenGB)
+		fmt.Fprintf(tw, "Conv state, BF16, %d layers\t%s\tread and written: %.3f GB\t\n", s.GDNLayers, stateBytes(s.ConvStateBytes), GB(2*s.ConvStateBytes))
 		fmt.Fprintf(tw, "KV cache, BF16, %d layers\t%s bytes per token\t%.2f GB at 32K\t\n", s.KVLayers, commas(s.KVBytesPerToken), GB(32768*s.KVBytesPerToken))
 		p.flush(tw)
 	}
@@ -192,4 +192,13 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// stateBytes prints a state size as the article does (151 MB) from 1 MB up,
+// and with humanBytes below that (tiny test models).
+func stateBytes(n int64) string {
+	if n >= 1e7 {
+		return fmt.Sprintf("%.0f MB", float64(n)/1e6)
+	}
+	return humanBytes(n)
 }

@@ -169,3 +169,54 @@ func TestFetchErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchRegistryDraft: a registry target brings its DSpark head along,
+// unless --no-draft, and only when the target's config is the registered one.
+func TestFetchRegistryDraft(t *testing.T) {
+	root := t.TempDir()
+	target := map[string][]byte{
+		"config.json":       []byte(`{"architectures":["Qwen3_5ForConditionalGeneration"],"text_config":{"hidden_size":5120,"num_hidden_layers":64}}`),
+		"model.safetensors": []byte("not really"),
+	}
+	draft := map[string][]byte{"config.json": []byte(`{"architectures":["DSparkDraftModel"]}`)}
+	if err := hubtest.WriteRepo(root, "nvidia", "Qwen3.8-27B-NVFP4", target); err != nil {
+		t.Fatal(err)
+	}
+	if err := hubtest.WriteRepo(root, "LithosAI", "Qwen3.8-27B-DSpark-NVFP4", draft); err != nil {
+		t.Fatal(err)
+	}
+	srv := hubtest.Start(t, root, hubtest.Options{})
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	t.Setenv("HF_HUB_OFFLINE", "")
+	cache := t.TempDir()
+	t.Setenv("HF_HUB_CACHE", cache)
+
+	out, err := runCLI(t, "fetch", "nvidia/Qwen3.8-27B-NVFP4")
+	if err != nil {
+		t.Fatalf("fetch: %v", err)
+	}
+	lines := strings.Fields(out)
+	if len(lines) != 2 || !strings.Contains(lines[0], "models--nvidia--Qwen3.8-27B-NVFP4") || !strings.Contains(lines[1], "models--LithosAI--Qwen3.8-27B-DSpark-NVFP4") {
+		t.Fatalf("fetch printed %q, want the target's then the draft's snapshot", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(lines[1], "config.json")); err != nil || !bytes.Equal(b, draft["config.json"]) {
+		t.Errorf("draft config not fetched: %v", err)
+	}
+
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	out, err = runCLI(t, "fetch", "nvidia/Qwen3.8-27B-NVFP4", "--no-draft")
+	if err != nil || len(strings.Fields(out)) != 1 {
+		t.Errorf("--no-draft printed %q (%v), want only the target", out, err)
+	}
+
+	// A checkpoint under the registered name but of another shape gets no draft.
+	target["config.json"] = []byte(`{"architectures":["Qwen3_5ForConditionalGeneration"],"text_config":{"hidden_size":4096,"num_hidden_layers":32}}`)
+	if err := hubtest.WriteRepo(root, "nvidia", "Qwen3.8-27B-NVFP4", target); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	_, err = runCLI(t, "fetch", "nvidia/Qwen3.8-27B-NVFP4")
+	if err == nil || !strings.Contains(err.Error(), "refusing to pair") {
+		t.Errorf("mismatched target config: %v, want a refusal to pair", err)
+	}
+}
