@@ -95,6 +95,19 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 	var loc locator
 	loc.c, loc.job = c, job
 	g, gctx := errgroup.WithContext(ctx)
+
+	// The hash runs while parts arrive: it follows the completed prefix of
+	// the file in order, reading back what was just written (still in the
+	// page cache), so verification adds little time after the last byte.
+	partDone := make([]chan struct{}, len(st.Done))
+	for i := range partDone {
+		partDone[i] = make(chan struct{})
+	}
+	hctx, stopHash := context.WithCancel(ctx)
+	defer stopHash()
+	hashed := make(chan error, 1)
+	go func() { hashed <- hashPrefix(hctx, f, job.etag, st.Size, st.PartSize, partDone) }()
+
 	for i := range st.Done {
 		start := int64(i) * st.PartSize
 		end := min(start+st.PartSize, st.Size) // exclusive
@@ -102,6 +115,7 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 		already := st.Done[i]
 		mu.Unlock()
 		if start+already >= end {
+			close(partDone[i])
 			continue
 		}
 		if err := conns.Acquire(gctx, 1); err != nil {
@@ -109,7 +123,7 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 		}
 		g.Go(func() error {
 			defer conns.Release(1)
-			return c.fetchPart(gctx, &loc, f, start, end, func(n int64) {
+			err := c.fetchPart(gctx, &loc, f, start, end, func(n int64) {
 				mu.Lock()
 				st.Done[i] += n
 				mu.Unlock()
@@ -118,9 +132,17 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 					job.progress(n)
 				}
 			}, func() int64 { mu.Lock(); defer mu.Unlock(); return st.Done[i] })
+			if err == nil {
+				close(partDone[i])
+			}
+			return err
 		})
 	}
 	werr := g.Wait()
+	if werr != nil {
+		stopHash()
+	}
+	herr := <-hashed
 	if werr == nil && ctx.Err() != nil {
 		werr = context.Cause(ctx)
 	}
@@ -138,7 +160,11 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", partial, err)
 	}
-	if err := verifyFile(f, job.etag, job.size); err != nil {
+	if herr != nil && !errors.Is(herr, ErrChecksum) {
+		return fmt.Errorf("download %s/%s: %w (partial kept at %s; run again to resume)", job.repo, job.path, herr, partial)
+	}
+	if herr != nil {
+		err := herr
 		f.Close()
 		os.Remove(partial)
 		os.Remove(statePath)
@@ -370,18 +396,66 @@ func (c *Client) fetchRange(ctx context.Context, loc *locator, f *os.File, from,
 	return wrote, nil
 }
 
+// newHasher returns the hash an etag names: sha256 for a 64-hex etag (LFS),
+// git blob sha1 ("blob <size>\0" + content) for a 40-hex one, or nil for an
+// etag that is neither (a server that is not a Hub: size is all we check).
+func newHasher(etag string, size int64) hash.Hash {
+	switch {
+	case sha256Pattern.MatchString(etag):
+		return sha256.New()
+	case commitPattern.MatchString(etag):
+		h := sha1.New()
+		fmt.Fprintf(h, "blob %d\x00", size)
+		return h
+	}
+	return nil
+}
+
+// hashPrefix hashes f part by part in order, each as soon as partDone[i] is
+// closed, and compares the result with etag. It returns ctx's error if the
+// download stops first.
+func hashPrefix(ctx context.Context, f *os.File, etag string, size, partSize int64, partDone []chan struct{}) error {
+	h := newHasher(etag, size)
+	buf := make([]byte, 1<<20)
+	for i, ch := range partDone {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if h == nil {
+			continue
+		}
+		start := int64(i) * partSize
+		end := min(start+partSize, size)
+		for off := start; off < end; {
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
+			if err != nil && !(err == io.EOF && off+int64(n) == end) {
+				return fmt.Errorf("hash %s: %w", f.Name(), err)
+			}
+			h.Write(buf[:n])
+			off += int64(n)
+		}
+	}
+	return checkSum(h, etag)
+}
+
+func checkSum(h hash.Hash, etag string) error {
+	if h == nil {
+		return nil
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != etag {
+		return fmt.Errorf("%w: content hashes to %s, the Hub says %s", ErrChecksum, got, etag)
+	}
+	return nil
+}
+
 // verifyFile checks a downloaded file against its etag: sha256 for a 64-hex
 // etag (LFS), git blob sha1 ("blob <size>\0" + content) for a 40-hex one.
 // Other etags (a Hub that is not a Hub) are accepted on size alone.
 func verifyFile(f *os.File, etag string, size int64) error {
-	var h hash.Hash
-	switch {
-	case sha256Pattern.MatchString(etag):
-		h = sha256.New()
-	case commitPattern.MatchString(etag):
-		h = sha1.New()
-		fmt.Fprintf(h, "blob %d\x00", size)
-	default:
+	h := newHasher(etag, size)
+	if h == nil {
 		return nil
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -394,8 +468,5 @@ func verifyFile(f *os.File, etag string, size int64) error {
 	if n != size {
 		return fmt.Errorf("%w: %s has %d bytes, want %d", ErrChecksum, f.Name(), n, size)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != etag {
-		return fmt.Errorf("%w: content hashes to %s, the Hub says %s", ErrChecksum, got, etag)
-	}
-	return nil
+	return checkSum(h, etag)
 }
