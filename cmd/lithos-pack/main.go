@@ -51,6 +51,6 @@ func newRoot() *cobra.Command {
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log requests and decisions to stderr")
-	root.AddCommand(newFetchCmd(), newHubCmd(), newAuditCmd(), newSynthHeadersCmd(), newDemoCmd())
+	root.AddCommand(newFetchCmd(), newHubCmd(), newAuditCmd(), newSynthHeadersCmd(), newDemoCmd(), newQuantizeCmd())
 	return root
 }
