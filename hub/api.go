@@ -2,7 +2,7 @@ package hub
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -68,22 +68,6 @@ func (c *Client) ResolveURL(repo, rev, path string) string {
 	return c.endpoint + "/" + repo + "/resolve/" + url.PathEscape(rev) + "/" + escapePath(path)
 }
 
-// readJSON decodes a successful JSON response of at most limit bytes.
-func (c *Client) readJSON(resp *http.Response, limit int64, v any) error {
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	c.fetched.Add(int64(len(body)))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", resp.Request.URL.Redacted(), err)
-	}
-	if int64(len(body)) > limit {
-		return fmt.Errorf("read %s: response larger than %d bytes", resp.Request.URL.Redacted(), limit)
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("decode %s: %w", resp.Request.URL.Redacted(), err)
-	}
-	return nil
-}
-
 // ResolveCommit returns the 40-hex commit a revision (branch, tag, or commit)
 // points to. A full commit id is returned as is without a request. Offline,
 // the answer comes from refs/<revision> in the cache.
@@ -105,19 +89,15 @@ func (c *Client) ResolveCommit(ctx context.Context, repo, revision string) (stri
 		return commit, nil
 	}
 	u := c.endpoint + "/api/models/" + repo + "/revision/" + url.PathEscape(revision)
-	resp, err := c.doRetry(ctx, func() (*http.Request, error) { return c.newRequest(ctx, http.MethodGet, u) })
-	if err != nil {
-		return "", fmt.Errorf("resolve %s@%s: %w", repo, revision, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", httpError(resp, repo, revision, "")
-	}
 	var info struct {
 		SHA string `json:"sha"`
 	}
-	if err := c.readJSON(resp, 64<<20, &info); err != nil {
-		return "", err
+	if _, err := c.getJSON(ctx, u, 64<<20, &info, repo, revision, ""); err != nil {
+		var he *HTTPError
+		if errors.As(err, &he) {
+			return "", err
+		}
+		return "", fmt.Errorf("resolve %s@%s: %w", repo, revision, err)
 	}
 	if !IsCommit(info.SHA) {
 		return "", fmt.Errorf("resolve %s@%s: the Hub answered no commit id (sha=%q); is HF_ENDPOINT a Hub?", repo, revision, info.SHA)
@@ -138,20 +118,16 @@ func (c *Client) ListFiles(ctx context.Context, repo, commit string) ([]RepoFile
 	}
 	next := c.endpoint + "/api/models/" + repo + "/tree/" + url.PathEscape(commit) + "?recursive=true&expand=false"
 	var files []RepoFile
-	for page := 0; next != ""; page++ {
-		if page > 10000 {
-			return nil, fmt.Errorf("list %s: more than 10000 pages", repo)
+	seen := map[string]bool{}
+	for next != "" {
+		if seen[next] {
+			return nil, fmt.Errorf("list %s@%s: the listing's next page %s was already read (a loop)", repo, commit, next)
+		}
+		seen[next] = true
+		if len(seen) > 10000 {
+			return nil, fmt.Errorf("list %s@%s: more than 10000 pages", repo, commit)
 		}
 		u := next
-		resp, err := c.doRetry(ctx, func() (*http.Request, error) { return c.newRequest(ctx, http.MethodGet, u) })
-		if err != nil {
-			return nil, fmt.Errorf("list %s@%s: %w", repo, commit, err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			err := httpError(resp, repo, commit, "")
-			resp.Body.Close()
-			return nil, err
-		}
 		var entries []struct {
 			Type string `json:"type"`
 			Path string `json:"path"`
@@ -162,11 +138,16 @@ func (c *Client) ListFiles(ctx context.Context, repo, commit string) ([]RepoFile
 				Size int64  `json:"size"`
 			} `json:"lfs"`
 		}
-		err = c.readJSON(resp, 256<<20, &entries)
-		link := resp.Header.Get("Link")
-		resp.Body.Close()
+		hdr, err := c.getJSON(ctx, u, maxTreePage, &entries, repo, commit, "")
 		if err != nil {
-			return nil, err
+			var he *HTTPError
+			if errors.As(err, &he) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("list %s@%s: %w", repo, commit, err)
+		}
+		if len(files)+len(entries) > maxRepoFiles {
+			return nil, fmt.Errorf("list %s@%s: more than %d entries", repo, commit, maxRepoFiles)
 		}
 		for _, e := range entries {
 			if e.Type != "file" {
@@ -185,18 +166,28 @@ func (c *Client) ListFiles(ctx context.Context, repo, commit string) ([]RepoFile
 			} else if !commitPattern.MatchString(e.Oid) {
 				return nil, fmt.Errorf("list %s@%s: file %s has git oid %q, not a sha1", repo, commit, e.Path, e.Oid)
 			}
-			if f.Size < 0 {
-				return nil, fmt.Errorf("list %s@%s: file %s has negative size", repo, commit, e.Path)
+			if f.Size < 0 || f.Size > MaxFileSize {
+				return nil, fmt.Errorf("list %s@%s: file %s has size %d bytes, outside [0, %d]", repo, commit, e.Path, f.Size, int64(MaxFileSize))
 			}
 			files = append(files, f)
 		}
-		next, err = nextLink(link, u)
+		next, err = nextLink(hdr.Get("Link"), u)
 		if err != nil {
 			return nil, fmt.Errorf("list %s@%s: %w", repo, commit, err)
 		}
 	}
 	return files, nil
 }
+
+// Limits on what a listing may claim; a hostile server cannot push memory
+// or disk use past them.
+const (
+	maxTreePage  = 16 << 20  // bytes of one tree listing page (the Hub's pages of 1000 entries are ~0.3 MB)
+	maxRepoFiles = 1_000_000 // entries in a listing
+	// MaxFileSize is the largest file a listing may announce: 1 TiB (the Hub's
+	// own per-file limit is far below).
+	MaxFileSize = 1 << 40
+)
 
 // nextLink returns the rel="next" target of a GitHub-style Link header,
 // resolved against the request URL, or "" when there is none.
@@ -280,12 +271,16 @@ func (c *Client) head(ctx context.Context, repo, rev, path string) (fileMeta, er
 			if err != nil || loc == "" {
 				return fileMeta{}, fmt.Errorf("head %s/%s: bad redirect Location %q", repo, path, loc)
 			}
+			bu, _ := url.Parse(cur)
+			abs := bu.ResolveReference(lu)
+			if err := httpScheme(abs); err != nil {
+				return fileMeta{}, fmt.Errorf("head %s/%s: %w", repo, path, err)
+			}
 			if lu.Host == "" { // relative: repository moved; ask again there
-				bu, _ := url.Parse(cur)
-				u = bu.ResolveReference(lu).String()
+				u = abs.String()
 				continue
 			}
-			m.URL = lu.String()
+			m.URL = abs.String()
 		}
 		size := resp.Header.Get("X-Linked-Size")
 		if size == "" && !isRedirect {
@@ -305,6 +300,9 @@ func (c *Client) head(ctx context.Context, repo, rev, path string) (fileMeta, er
 		}
 		if m.ETag == "" || m.Size < 0 {
 			return fileMeta{}, fmt.Errorf("head %s/%s: the Hub sent no ETag or size for the file", repo, path)
+		}
+		if m.Size > MaxFileSize {
+			return fileMeta{}, fmt.Errorf("head %s/%s: the Hub says the file is %d bytes, more than %d", repo, path, m.Size, int64(MaxFileSize))
 		}
 		return m, nil
 	}
@@ -379,35 +377,66 @@ func (f *RemoteFile) readAt(ctx context.Context, p []byte, off int64) (int, erro
 	if n == 0 {
 		return 0, nil
 	}
+	for attempt := 0; ; attempt++ {
+		got, err := f.readOnce(ctx, p[:n], off)
+		if err == nil {
+			if n < int64(len(p)) {
+				return got, io.EOF
+			}
+			return got, nil
+		}
+		var perm errPermanent
+		var he *HTTPError
+		if errors.As(err, &perm) || errors.As(err, &he) || ctx.Err() != nil || attempt >= f.c.maxRetries {
+			return 0, fmt.Errorf("read %s/%s bytes=%d-%d: %w", f.repo, f.path, off, off+n-1, err)
+		}
+		wait := f.c.backoff(attempt, nil)
+		f.c.log.Warn("hub: range read failed, retrying", "file", f.path, "err", err, "wait", wait)
+		if err := sleepCtx(ctx, wait); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// readOnce sends one Range request for exactly len(p) bytes at off.
+func (f *RemoteFile) readOnce(ctx context.Context, p []byte, off int64) (int, error) {
+	n := int64(len(p))
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	rng := fmt.Sprintf("bytes=%d-%d", off, off+n-1)
-	resp, err := f.c.doRetry(ctx, func() (*http.Request, error) {
-		req, err := f.c.newRequest(ctx, http.MethodGet, f.meta.URL)
+	resp, err := f.c.doRetry(rctx, func() (*http.Request, error) {
+		req, err := f.c.newRequest(rctx, http.MethodGet, f.meta.URL)
 		if err == nil {
 			req.Header.Set("Range", rng)
 		}
 		return req, err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("read %s/%s %s: %w", f.repo, f.path, rng, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusPartialContent:
-	case resp.StatusCode == http.StatusOK && off == 0 && n == f.meta.Size:
-	default:
-		if resp.StatusCode >= 400 {
-			return 0, httpError(resp, f.repo, "", f.path)
+		if last, err := checkContentRange(resp, off, off+n, f.meta.Size); err != nil {
+			return 0, err
+		} else if last != off+n-1 {
+			return 0, errPermanent{fmt.Errorf("server answered a shorter range (to byte %d) for %s", last, rng)}
 		}
-		return 0, fmt.Errorf("read %s/%s %s: server answered %d instead of 206 Partial Content", f.repo, f.path, rng, resp.StatusCode)
+	case resp.StatusCode == http.StatusOK && off == 0 && n == f.meta.Size:
+	case resp.StatusCode >= 400:
+		return 0, httpError(resp, f.repo, "", f.path)
+	default:
+		return 0, errPermanent{fmt.Errorf("server answered %d instead of 206 Partial Content to %s", resp.StatusCode, rng)}
 	}
-	got, err := io.ReadFull(resp.Body, p[:n])
+	body := f.c.watchBody(resp.Body, cancel)
+	defer body.Stop()
+	got, err := io.ReadFull(body, p)
 	f.fetched.Add(int64(got))
-	f.c.fetched.Add(int64(got))
 	if err != nil {
-		return got, fmt.Errorf("read %s/%s %s: %w", f.repo, f.path, rng, err)
-	}
-	if n < int64(len(p)) {
-		return got, io.EOF
+		if errors.Is(context.Cause(rctx), errStalled) {
+			return got, fmt.Errorf("no data for %s: %w", f.c.stallTimeout, errStalled)
+		}
+		return got, err
 	}
 	return got, nil
 }

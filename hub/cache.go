@@ -1,12 +1,17 @@
 package hub
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -106,6 +111,12 @@ func linkSnapshot(cache, repo, commit, path, etag string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return fmt.Errorf("link %s: %w", path, err)
 	}
+	// No folder on the way may be a symlink leading out of the snapshot.
+	realSnap, err1 := filepath.EvalSymlinks(snap)
+	realDir, err2 := filepath.EvalSymlinks(filepath.Dir(dst))
+	if err1 != nil || err2 != nil || (realDir != realSnap && !strings.HasPrefix(realDir, realSnap+string(filepath.Separator))) {
+		return fmt.Errorf("link %s: the snapshot folder %s leads outside %s (a symlink in the cache?)", path, filepath.Dir(dst), snap)
+	}
 	rel, err := filepath.Rel(filepath.Dir(dst), blobPath(cache, repo, etag))
 	if err != nil {
 		return fmt.Errorf("link %s: %w", path, err)
@@ -113,8 +124,9 @@ func linkSnapshot(cache, repo, commit, path, etag string) error {
 	if cur, err := os.Readlink(dst); err == nil && cur == rel {
 		return nil
 	}
-	tmp := dst + ".lithos-link"
-	os.Remove(tmp)
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := filepath.Join(filepath.Dir(dst), ".lithos-link-"+hex.EncodeToString(rnd[:]))
 	if err := os.Symlink(rel, tmp); err != nil {
 		return fmt.Errorf("link %s: %w", path, err)
 	}
@@ -138,24 +150,42 @@ func ensureCacheDirTag(cache string) {
 
 // lockBlob takes the exclusive flock huggingface_hub takes on
 // .locks/<repo folder>/<etag>.lock, so two tools never write one blob at once.
-// The returned function releases it.
-func lockBlob(cache, repo, etag string) (func(), error) {
+// While another process holds it, it polls and says so once in the log; ctx
+// ends the wait. The returned function releases it.
+func lockBlob(ctx context.Context, cache, repo, etag string, log *slog.Logger) (func(), error) {
 	dir := filepath.Join(cache, ".locks", RepoFolderName(repo))
+	path := filepath.Join(dir, etag+".lock")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", etag, err)
+		return nil, fmt.Errorf("lock %s: %w (a read-only cache can be used with HF_HUB_OFFLINE=1)", path, err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, etag+".lock"), os.O_CREATE|os.O_RDWR, 0o664)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o664)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", etag, err)
+		return nil, fmt.Errorf("lock %s: %w (a read-only cache can be used with HF_HUB_OFFLINE=1)", path, err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil && !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.ENOSYS) {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", etag, err)
-	}
-	return func() {
+	release := func() {
 		unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		f.Close()
-	}, nil
+	}
+	for waited := false; ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil, errors.Is(err, unix.ENOTSUP), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.ENOLCK):
+			return release, nil // taken, or a file system without flock (as huggingface_hub, go on)
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if !waited {
+			log.Warn("hub: waiting for another process downloading the same file", "lock", path)
+			waited = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // writeFileAtomic writes data to a temp file beside path, syncs it, and
@@ -166,6 +196,13 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	tmp := f.Name()
+	// CreateTemp makes 0600 files; refs and records must be readable by the
+	// other users of a shared cache (huggingface_hub writes them 0644).
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		os.Remove(tmp)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -43,8 +44,16 @@ type blobJob struct {
 	etag               string // sha256 (LFS) or git sha1
 	size               int64
 	final              string
-	progress           func(n int64) // bytes newly on disk (may be nil)
+	// partial is where the bytes arrive (its progress record is partial +
+	// ".json"): a name no repository path can collide with, e.g.
+	// blobs/<etag>.lithos-partial or <dir>/.cache/lithos/<etag>.partial.
+	partial  string
+	progress func(n int64) // bytes newly on disk (may be nil)
 }
+
+// maxParts bounds the range parts of one file (and so its progress record):
+// a huge file gets larger parts.
+const maxParts = 16384
 
 // fetchBlob downloads one file into job.final: parallel range requests into a
 // sparse partial file, progress persisted for resume, the hash verified, then
@@ -52,8 +61,18 @@ type blobJob struct {
 // is published. On any other failure (cancel, disk full, network) the partial
 // and its progress stay for the next run.
 func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.Weighted) error {
-	partial := job.final + partialSuffix
+	partial := job.partial
 	statePath := partial + ".json"
+	if err := os.MkdirAll(filepath.Dir(partial), 0o755); err != nil {
+		return fmt.Errorf("download %s: %w", job.path, err)
+	}
+	// Resolve where the bytes live (and check the HEAD agrees with the
+	// listing) before anything is written.
+	var loc locator
+	loc.c, loc.job = c, job
+	if _, _, err := loc.get(ctx); err != nil {
+		return fmt.Errorf("download %s/%s: %w", job.repo, job.path, err)
+	}
 	st, f, err := c.openPartial(job, partial, statePath)
 	if err != nil {
 		return err
@@ -92,8 +111,6 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 		}
 	}()
 
-	var loc locator
-	loc.c, loc.job = c, job
 	g, gctx := errgroup.WithContext(ctx)
 
 	// The hash runs while parts arrive: it follows the completed prefix of
@@ -152,7 +169,7 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 		werr = fmt.Errorf("save progress of %s: %w", job.path, serr)
 	}
 	if werr != nil {
-		return fmt.Errorf("download %s/%s: %w (partial kept at %s; run again to resume)", job.repo, job.path, werr, partial)
+		return fmt.Errorf("download %s/%s: %w%s", job.repo, job.path, werr, resumeHint(werr, partial))
 	}
 	if got := done.Load(); got != job.size {
 		return fmt.Errorf("download %s/%s: %d of %d bytes on disk after all parts finished", job.repo, job.path, got, job.size)
@@ -161,7 +178,7 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 		return fmt.Errorf("sync %s: %w", partial, err)
 	}
 	if herr != nil && !errors.Is(herr, ErrChecksum) {
-		return fmt.Errorf("download %s/%s: %w (partial kept at %s; run again to resume)", job.repo, job.path, herr, partial)
+		return fmt.Errorf("download %s/%s: %w%s", job.repo, job.path, herr, resumeHint(herr, partial))
 	}
 	if herr != nil {
 		err := herr
@@ -170,14 +187,42 @@ func (c *Client) fetchBlob(ctx context.Context, job blobJob, conns *semaphore.We
 		os.Remove(statePath)
 		return fmt.Errorf("download %s/%s: %w; the partial file was deleted, nothing was published", job.repo, job.path, err)
 	}
+	verified, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", partial, err)
+	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", partial, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(job.final), 0o755); err != nil {
+		return fmt.Errorf("publish %s: %w", job.final, err)
 	}
 	if err := os.Rename(partial, job.final); err != nil {
 		return fmt.Errorf("publish %s: %w", job.final, err)
 	}
+	// The published file must be the one that was hashed (nothing swapped
+	// the partial's name under us).
+	if pub, err := os.Lstat(job.final); err != nil || !os.SameFile(pub, verified) {
+		os.Remove(job.final)
+		return fmt.Errorf("publish %s: the file at the partial's name changed while it was verified; nothing published", job.final)
+	}
 	os.Remove(statePath)
 	return nil
+}
+
+// resumeHint says that a run again resumes, for the failures a run again
+// can get past (network, cancel, disk full), and nothing for the others.
+func resumeHint(err error, partial string) string {
+	var he *HTTPError
+	var perm errPermanent
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, syscall.ENOSPC), errors.Is(err, errStalled):
+	case errors.As(err, &he) && !retryable(he.Status):
+		return ""
+	case errors.As(err, &perm):
+		return ""
+	}
+	return " (partial kept at " + partial + "; run the same command again to resume)"
 }
 
 // openPartial opens (or creates) the sparse partial file and its state. A
@@ -189,7 +234,7 @@ func (c *Client) openPartial(job blobJob, partial, statePath string) (*partState
 	if b, err := os.ReadFile(statePath); err == nil && json.Unmarshal(b, &st) == nil &&
 		st.Version == 1 && st.ETag == job.etag && st.Size == job.size && st.PartSize > 0 &&
 		int64(len(st.Done)) == numParts(job.size, st.PartSize) {
-		if fi, err := os.Stat(partial); err == nil && fi.Size() == job.size {
+		if fi, err := os.Lstat(partial); err == nil && fi.Mode().IsRegular() && fi.Size() == job.size {
 			resume = true
 			for i, d := range st.Done {
 				if d < 0 || d > partLen(job.size, st.PartSize, i) {
@@ -199,10 +244,12 @@ func (c *Client) openPartial(job blobJob, partial, statePath string) (*partState
 		}
 	}
 	if !resume {
-		st = partState{Version: 1, ETag: job.etag, Size: job.size, PartSize: c.partSize}
-		st.Done = make([]int64, numParts(job.size, c.partSize))
+		partSize := max(c.partSize, (job.size+maxParts-1)/maxParts)
+		st = partState{Version: 1, ETag: job.etag, Size: job.size, PartSize: partSize}
+		st.Done = make([]int64, numParts(job.size, partSize))
 		os.Remove(statePath)
-		f, err := os.OpenFile(partial, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+		os.Remove(partial) // whatever is there, a symlink included, is not followed
+		f, err := os.OpenFile(partial, os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_NOFOLLOW, 0o644)
 		if err != nil {
 			return nil, nil, fmt.Errorf("create %s: %w", partial, err)
 		}
@@ -212,7 +259,7 @@ func (c *Client) openPartial(job blobJob, partial, statePath string) (*partState
 		}
 		return &st, f, nil
 	}
-	f, err := os.OpenFile(partial, os.O_RDWR, 0o644)
+	f, err := os.OpenFile(partial, os.O_RDWR|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open %s: %w", partial, err)
 	}
@@ -291,11 +338,11 @@ func (c *Client) fetchPart(ctx context.Context, loc *locator, f *os.File, start,
 			continue
 		}
 		var perm errPermanent
-		if errors.As(err, &perm) || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			return perm.err
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if errors.As(err, &perm) {
+			return err
 		}
 		var he *HTTPError
 		if errors.As(err, &he) && (he.Status == http.StatusForbidden || he.Status == http.StatusUnauthorized || he.Status == http.StatusGone) && !relocated {
@@ -338,21 +385,44 @@ func (c *Client) fetchRange(ctx context.Context, loc *locator, f *os.File, from,
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	req, err := c.newRequest(rctx, http.MethodGet, u)
-	if err != nil {
-		return 0, errPermanent{err}
-	}
-	req.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-"+strconv.FormatInt(end-1, 10))
-	resp, err := c.roundTrip(req)
-	if err != nil {
-		return 0, err
+	var resp *http.Response
+	for hops := 0; ; hops++ {
+		req, err := c.newRequest(rctx, http.MethodGet, u) // the token only goes to the Hub's host
+		if err != nil {
+			return 0, errPermanent{err}
+		}
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-"+strconv.FormatInt(end-1, 10))
+		resp, err = c.roundTrip(req)
+		if err != nil {
+			return 0, err
+		}
+		if resp.StatusCode < 300 || resp.StatusCode >= 400 || resp.StatusCode == http.StatusNotModified {
+			break
+		}
+		// A CDN may redirect once more: follow up to 5 hops.
+		resp.Body.Close()
+		lu, err := req.URL.Parse(resp.Header.Get("Location"))
+		if err != nil || hops >= 5 {
+			return 0, errPermanent{fmt.Errorf("GET %s: bad or too many redirects (Location %q)", req.URL.Redacted(), resp.Header.Get("Location"))}
+		}
+		if err := httpScheme(lu); err != nil {
+			return 0, err
+		}
+		u = lu.String()
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusPartialContent:
+		last, err := checkContentRange(resp, from, end, loc.job.size)
+		if err != nil {
+			return 0, err
+		}
+		end = last + 1
 	case resp.StatusCode == http.StatusOK && from == 0 && resp.ContentLength == loc.job.size:
 		// The server ignored Range but sends the whole file from byte 0;
 		// take what this part needs, then stop reading.
+	case resp.StatusCode == http.StatusOK:
+		return 0, errPermanent{fmt.Errorf("the server ignored the Range request (HTTP 200 for bytes=%d-%d); it cannot serve parallel or resumed downloads", from, end-1)}
 	default:
 		he := httpError(resp, loc.job.repo, loc.job.commit, loc.job.path)
 		he.resp = resp

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -173,3 +174,94 @@ func (s *stallWatch) Read(p []byte) (int, error) {
 }
 
 func (s *stallWatch) Stop() { s.once.Do(func() { s.timer.Stop() }) }
+
+// httpScheme refuses URLs a server may not send us to (file:, ftp:, ...).
+func httpScheme(u *url.URL) error {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errPermanent{fmt.Errorf("the server redirected to %q: only http and https are followed", u.Redacted())}
+	}
+	return nil
+}
+
+// getJSON GETs rawURL and decodes a JSON body of at most limit bytes into v,
+// retrying transient failures: network errors and retryable statuses (as
+// doRetry), and bodies that stall or break off. It returns the response
+// headers. Non-success statuses become *HTTPError.
+func (c *Client) getJSON(ctx context.Context, rawURL string, limit int64, v any, repo, rev, path string) (http.Header, error) {
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithCancelCause(ctx)
+		resp, err := c.doRetry(rctx, func() (*http.Request, error) { return c.newRequest(rctx, http.MethodGet, rawURL) })
+		if err != nil {
+			cancel(nil)
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			err := httpError(resp, repo, rev, path)
+			resp.Body.Close()
+			cancel(nil)
+			return nil, err
+		}
+		if ce := resp.Header.Get("Content-Encoding"); ce != "" && ce != "identity" && !resp.Uncompressed {
+			resp.Body.Close()
+			cancel(nil)
+			return nil, fmt.Errorf("read %s: unexpected Content-Encoding %q", resp.Request.URL.Redacted(), ce)
+		}
+		body := c.watchBody(resp.Body, cancel)
+		b, rerr := io.ReadAll(io.LimitReader(body, limit+1))
+		body.Stop()
+		resp.Body.Close()
+		stalled := errors.Is(context.Cause(rctx), errStalled)
+		cancel(nil)
+		if rerr == nil && int64(len(b)) > limit {
+			return nil, fmt.Errorf("read %s: response larger than %d bytes", resp.Request.URL.Redacted(), limit)
+		}
+		if rerr == nil {
+			if err := json.Unmarshal(b, v); err != nil {
+				return nil, fmt.Errorf("decode %s: %w", resp.Request.URL.Redacted(), err)
+			}
+			return resp.Header, nil
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if stalled {
+			rerr = fmt.Errorf("no data for %s: %w", c.stallTimeout, errStalled)
+		}
+		if attempt >= c.maxRetries {
+			return nil, fmt.Errorf("read %s: %w", resp.Request.URL.Redacted(), rerr)
+		}
+		wait := c.backoff(attempt, nil)
+		c.log.Warn("hub: body failed, retrying", "url", resp.Request.URL.Redacted(), "err", rerr, "wait", wait)
+		if err := sleepCtx(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// checkContentRange verifies that a 206 answer carries exactly the bytes
+// asked for: "bytes from-last/size" with last < end and the right total.
+// A server or proxy that answers another range would otherwise have its
+// bytes written at the wrong offset (and found only by the final hash).
+func checkContentRange(resp *http.Response, from, end, size int64) (last int64, err error) {
+	cr := resp.Header.Get("Content-Range")
+	var a, b, total int64
+	var totalStr string
+	if _, perr := fmt.Sscanf(cr, "bytes %d-%d/%s", &a, &b, &totalStr); perr != nil {
+		return 0, errPermanent{fmt.Errorf("answer to bytes=%d-%d has Content-Range %q, not \"bytes a-b/size\"", from, end-1, cr)}
+	}
+	if totalStr != "*" {
+		if total, err = strconv.ParseInt(totalStr, 10, 64); err != nil || total != size {
+			return 0, errPermanent{fmt.Errorf("answer to bytes=%d-%d says the file is %s bytes, expected %d", from, end-1, totalStr, size)}
+		}
+	}
+	if a != from || b < a || b > end-1 {
+		return 0, errPermanent{fmt.Errorf("server answered bytes %d-%d for bytes=%d-%d", a, b, from, end-1)}
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != b-a+1 {
+		return 0, errPermanent{fmt.Errorf("answer to bytes=%d-%d has Content-Length %d for a %d-byte range", from, end-1, resp.ContentLength, b-a+1)}
+	}
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		return 0, errPermanent{fmt.Errorf("answer to bytes=%d-%d is %s-encoded; ranges must be identity", from, end-1, ce)}
+	}
+	return b, nil
+}

@@ -17,10 +17,12 @@
 package hub
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -125,10 +127,18 @@ func defaultTransport() *http.Transport {
 // (hub-and-go.md A8–A9): HF_ENDPOINT, HF_HOME, HF_HUB_CACHE (or the legacy
 // HUGGINGFACE_HUB_CACHE), HF_TOKEN (or HUGGING_FACE_HUB_TOKEN, or the token
 // file at HF_TOKEN_PATH / $HF_HOME/token), HF_HUB_OFFLINE (or
-// TRANSFORMERS_OFFLINE), HF_HUB_DOWNLOAD_TIMEOUT. It never fails today; the
-// error is for future validation of the variables.
+// TRANSFORMERS_OFFLINE), HF_HUB_DOWNLOAD_TIMEOUT (seconds a body may deliver
+// nothing before the request is aborted and retried: the stall timeout). It
+// fails on a malformed HF_HUB_DOWNLOAD_TIMEOUT.
 func NewClientFromEnv(opts ...Option) (*Client, error) {
 	base := []Option{WithToken(TokenFromEnv()), WithOffline(envBool("HF_HUB_OFFLINE") || envBool("TRANSFORMERS_OFFLINE"))}
+	if v := os.Getenv("HF_HUB_DOWNLOAD_TIMEOUT"); v != "" {
+		secs, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || secs <= 0 {
+			return nil, fmt.Errorf("HF_HUB_DOWNLOAD_TIMEOUT=%q: want a positive number of seconds", v)
+		}
+		base = append(base, WithStallTimeout(time.Duration(secs*float64(time.Second))))
+	}
 	return NewClient(os.Getenv("HF_ENDPOINT"), append(base, opts...)...), nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -188,9 +189,14 @@ func TestEnv(t *testing.T) {
 	}
 	t.Setenv("HF_HUB_OFFLINE", "yes")
 	t.Setenv("HF_ENDPOINT", "http://mirror:9/")
+	t.Setenv("HF_HUB_DOWNLOAD_TIMEOUT", "2.5")
 	c, err := NewClientFromEnv()
-	if err != nil || !c.Offline() || c.Endpoint() != "http://mirror:9" {
-		t.Errorf("client from env: offline=%v endpoint=%q err=%v", c.Offline(), c.Endpoint(), err)
+	if err != nil || !c.Offline() || c.Endpoint() != "http://mirror:9" || c.stallTimeout != 2500*time.Millisecond {
+		t.Errorf("client from env: offline=%v endpoint=%q stall=%v err=%v", c.Offline(), c.Endpoint(), c.stallTimeout, err)
+	}
+	t.Setenv("HF_HUB_DOWNLOAD_TIMEOUT", "soon")
+	if _, err := NewClientFromEnv(); err == nil || !strings.Contains(err.Error(), "HF_HUB_DOWNLOAD_TIMEOUT") {
+		t.Errorf("a malformed HF_HUB_DOWNLOAD_TIMEOUT gave %v", err)
 	}
 }
 

@@ -37,6 +37,10 @@ var headerFileRe = regexp.MustCompile(`(?i)(\.json|\.jinja|\.txt|\.model|\.tikto
 // maxSafetensorsHeader is the format's header cap (safetensors README).
 const maxSafetensorsHeader = 100_000_000
 
+// maxHeaderBytesInFlight bounds the safetensors header bytes a headers-only
+// fetch holds in memory at once (bytes).
+const maxHeaderBytesInFlight = 128 << 20
+
 // LithosCacheDir returns where lithos keeps its own cached data (headers-only
 // snapshots): $LITHOS_CACHE, else $XDG_CACHE_HOME/lithos, else ~/.cache/lithos.
 func LithosCacheDir() string {
@@ -53,10 +57,19 @@ func LithosCacheDir() string {
 	return filepath.Join(home, ".cache", "lithos")
 }
 
+// headersCache is the root of headers-only snapshots; it has the HF cache's
+// layout (models--org--name/{refs,snapshots/<commit>}) without blobs.
+func headersCache() string { return filepath.Join(LithosCacheDir(), "headers") }
+
 // HeadersDir returns the folder of a headers-only snapshot.
 func HeadersDir(repo, commit string) string {
-	return filepath.Join(LithosCacheDir(), "headers", RepoFolderName(repo), commit)
+	return filepath.Join(repoDir(headersCache(), repo), "snapshots", commit)
 }
+
+// privateDir is where downloads into a folder that a listing fills (a local
+// dir, a headers-only snapshot) keep their partial files: no repository
+// path may enter it (see Download), so nothing there can collide.
+func privateDir(root string) string { return filepath.Join(root, ".cache", "lithos") }
 
 // Download brings a repository snapshot onto this machine and returns its
 // folder: snapshots/<commit> in the HF cache (files are relative symlinks to
@@ -71,9 +84,15 @@ func (c *Client) Download(ctx context.Context, repo string, opt DownloadOptions)
 	if rev == "" {
 		rev = "main"
 	}
+	if opt.MaxWorkers < 0 {
+		return "", fmt.Errorf("download %s: max workers %d: want a positive number", repo, opt.MaxWorkers)
+	}
 	if c.offline {
-		if opt.LocalDir != "" {
+		switch {
+		case opt.LocalDir != "":
 			return "", fmt.Errorf("download %s: %w; --local-dir needs the network", repo, ErrOffline)
+		case opt.HeadersOnly:
+			return SnapshotDir(headersCache(), repo, rev)
 		}
 		return SnapshotDir(c.cacheDir, repo, rev)
 	}
@@ -93,6 +112,9 @@ func (c *Client) Download(ctx context.Context, repo string, opt DownloadOptions)
 		if opt.HeadersOnly && !headerFileRe.MatchString(f.Path) && !strings.HasSuffix(f.Path, ".safetensors") {
 			continue
 		}
+		if (opt.HeadersOnly || opt.LocalDir != "") && (f.Path == ".cache" || strings.HasPrefix(f.Path, ".cache/")) {
+			return "", fmt.Errorf("download %s: the repository has %q, inside the .cache/ folder that downloads into a plain folder keep for themselves; fetch into the HF cache instead (no --local-dir)", repo, f.Path)
+		}
 		files = append(files, f)
 	}
 	if len(files) == 0 {
@@ -104,6 +126,9 @@ func (c *Client) Download(ctx context.Context, repo string, opt DownloadOptions)
 	switch {
 	case opt.HeadersOnly:
 		dest = HeadersDir(repo, commit)
+		if err := writeRef(headersCache(), repo, rev, commit); err != nil {
+			return "", fmt.Errorf("download %s: %w", repo, err)
+		}
 	case opt.LocalDir != "":
 		dest = opt.LocalDir
 	default:
@@ -141,15 +166,16 @@ func (c *Client) Download(ctx context.Context, repo string, opt DownloadOptions)
 	}
 
 	conns := semaphore.NewWeighted(int64(workers))
+	headerBytes := semaphore.NewWeighted(maxHeaderBytesInFlight)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(workers)
 	for _, f := range files {
 		g.Go(func() error {
 			switch {
 			case opt.HeadersOnly && strings.HasSuffix(f.Path, ".safetensors"):
-				return c.fetchHeaderOnly(gctx, repo, commit, f, dest)
+				return c.fetchHeaderOnly(gctx, repo, commit, f, dest, headerBytes)
 			case opt.HeadersOnly:
-				return c.fetchToPath(gctx, repo, commit, f, filepath.Join(dest, filepath.FromSlash(f.Path)), conns, progress)
+				return c.fetchToPath(gctx, repo, commit, f, dest, conns, progress)
 			case opt.LocalDir != "":
 				return c.fetchToLocalDir(gctx, repo, commit, f, dest, conns, progress)
 			default:
@@ -168,18 +194,24 @@ func (c *Client) Download(ctx context.Context, repo string, opt DownloadOptions)
 func (c *Client) fetchToCache(ctx context.Context, repo, commit string, f RepoFile, conns *semaphore.Weighted, progress func(int64)) error {
 	etag := f.ETag()
 	final := blobPath(c.cacheDir, repo, etag)
+	// A blob already published needs no lock (a read-only shared cache works).
+	if fi, err := os.Stat(final); err == nil && fi.Size() == f.Size {
+		progress(f.Size)
+		return linkSnapshot(c.cacheDir, repo, commit, f.Path, etag)
+	}
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return fmt.Errorf("download %s: %w", f.Path, err)
 	}
-	unlock, err := lockBlob(c.cacheDir, repo, etag)
+	unlock, err := lockBlob(ctx, c.cacheDir, repo, etag, c.log)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	if fi, err := os.Stat(final); err == nil && fi.Size() == f.Size {
-		progress(f.Size)
+		progress(f.Size) // another process published it while we waited
 	} else {
-		job := blobJob{repo: repo, commit: commit, path: f.Path, etag: etag, size: f.Size, final: final, progress: progress}
+		job := blobJob{repo: repo, commit: commit, path: f.Path, etag: etag, size: f.Size, final: final,
+			partial: final + partialSuffix, progress: progress}
 		if err := c.fetchBlob(ctx, job, conns); err != nil {
 			return err
 		}
@@ -187,12 +219,11 @@ func (c *Client) fetchToCache(ctx context.Context, repo, commit string, f RepoFi
 	return linkSnapshot(c.cacheDir, repo, commit, f.Path, etag)
 }
 
-// fetchToPath downloads one file to a plain path (verified, atomic).
-func (c *Client) fetchToPath(ctx context.Context, repo, commit string, f RepoFile, final string, conns *semaphore.Weighted, progress func(int64)) error {
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return fmt.Errorf("download %s: %w", f.Path, err)
-	}
-	if fi, err := os.Stat(final); err == nil && fi.Size() == f.Size {
+// fetchToPath downloads one file to root/<path> (verified, atomic), with its
+// partial in root's private folder.
+func (c *Client) fetchToPath(ctx context.Context, repo, commit string, f RepoFile, root string, conns *semaphore.Weighted, progress func(int64)) error {
+	final := filepath.Join(root, filepath.FromSlash(f.Path))
+	if fi, err := os.Lstat(final); err == nil && fi.Mode().IsRegular() && fi.Size() == f.Size {
 		if fh, err := os.Open(final); err == nil {
 			verr := verifyFile(fh, f.ETag(), f.Size)
 			fh.Close()
@@ -202,7 +233,8 @@ func (c *Client) fetchToPath(ctx context.Context, repo, commit string, f RepoFil
 			}
 		}
 	}
-	job := blobJob{repo: repo, commit: commit, path: f.Path, etag: f.ETag(), size: f.Size, final: final, progress: progress}
+	job := blobJob{repo: repo, commit: commit, path: f.Path, etag: f.ETag(), size: f.Size, final: final,
+		partial: filepath.Join(privateDir(root), f.ETag()+".partial"), progress: progress}
 	return c.fetchBlob(ctx, job, conns)
 }
 
@@ -219,7 +251,7 @@ func (c *Client) fetchToLocalDir(ctx context.Context, repo, commit string, f Rep
 			return nil
 		}
 	}
-	if err := c.fetchToPath(ctx, repo, commit, f, final, conns, progress); err != nil {
+	if err := c.fetchToPath(ctx, repo, commit, f, dir, conns, progress); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(meta), 0o755); err != nil {
@@ -232,7 +264,7 @@ func (c *Client) fetchToLocalDir(ctx context.Context, repo, commit string, f Rep
 // followed by a hole up to the real file size, so header readers see the
 // true layout while the disk holds only the header. It costs one or two
 // range requests.
-func (c *Client) fetchHeaderOnly(ctx context.Context, repo, commit string, f RepoFile, dest string) error {
+func (c *Client) fetchHeaderOnly(ctx context.Context, repo, commit string, f RepoFile, dest string, headerBytes *semaphore.Weighted) error {
 	rf, err := c.OpenRemote(ctx, repo, commit, f.Path)
 	if err != nil {
 		return err
@@ -240,6 +272,12 @@ func (c *Client) fetchHeaderOnly(ctx context.Context, repo, commit string, f Rep
 	if rf.Size() != f.Size {
 		return fmt.Errorf("header of %s: listing says %d bytes, the file is %d", f.Path, f.Size, rf.Size())
 	}
+	// Headers may be up to 100 MB each: bound what is held at once.
+	hold := min(f.Size, maxSafetensorsHeader+8, maxHeaderBytesInFlight)
+	if err := headerBytes.Acquire(ctx, hold); err != nil {
+		return err
+	}
+	defer headerBytes.Release(hold)
 	head, err := ReadSafetensorsHeaderBytes(ctx, rf)
 	if err != nil {
 		return fmt.Errorf("header of %s/%s: %w", repo, f.Path, err)
