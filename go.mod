@@ -12,8 +12,11 @@ require (
 )
 
 require (
+	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	github.com/spf13/pflag v1.0.9 // indirect
+	golang.org/x/text v0.44.0
 )
