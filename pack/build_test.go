@@ -2,8 +2,10 @@ package pack
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 
 	"lithos/convert"
 	"lithos/convert/quantize"
+	"lithos/formats/safetensors"
 	"lithos/manifests"
 )
 
@@ -229,4 +232,47 @@ func TestPackDraftBF16(t *testing.T) {
 	if _, err := Verify(context.Background(), dir, VerifyOptions{Deep: true}); err != nil {
 		t.Fatalf("Verify --deep: %v", err)
 	}
+}
+
+// TestRefuseDivisorTensorScale: an NVFP4 tensor scale stored as a divisor
+// (the inverse of ModelOpt's multiplier) is refused before anything is
+// written, naming the module (docs/formats.md, the 448 check).
+func TestRefuseDivisorTensorScale(t *testing.T) {
+	d := copyDir(t, fixtureDir)
+	m, err := safetensors.OpenModel(context.Background(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	for _, n := range m.Names() {
+		if strings.HasSuffix(n, "mlp.gate_proj.weight_scale_2") {
+			name = n
+			break
+		}
+	}
+	f, tn, ok := m.Lookup(name)
+	if !ok {
+		t.Fatal("fixture has no NVFP4 gate_proj")
+	}
+	b := sourceTensor(t, m, name)
+	path := f.Path
+	m.Close()
+	inv := 1 / f32At(b, 0)
+	fh, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w [4]byte
+	binary.LittleEndian.PutUint32(w[:], math.Float32bits(inv))
+	if _, err := fh.WriteAt(w[:], tn.Offset); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	out := filepath.Join(t.TempDir(), "x.lithos")
+	_, err = Build(context.Background(), Options{Target: d, Out: out, ToolVersion: "test"})
+	wantErr(t, err, strings.TrimSuffix(name, ".weight_scale_2"))
+	if _, serr := os.Stat(out); serr == nil {
+		t.Error("a bundle was written")
+	}
+	t.Logf("refused with: %v", err)
 }

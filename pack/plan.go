@@ -10,6 +10,7 @@ import (
 
 	"lithos/convert"
 	"lithos/formats"
+	"lithos/formats/nvfp4"
 	"lithos/formats/safetensors"
 	"lithos/manifests"
 	"lithos/pack/blm"
@@ -406,6 +407,19 @@ func planLinear(ck *checkpoint, e convert.LogicalTensor, groups map[string]conve
 		}
 		lin.scale = s
 		ref("weight_scale_2")
+		// Refuse a tensor scale stored with the divisor convention before
+		// anything is written (docs/formats.md, the 448 check): the block
+		// scales are 1/16 of the codes' bytes, read once here.
+		if lin.src.scales != nil && !opt.validateOnly {
+			sc := lin.src.scales
+			b, err := sc.file.ReadTensor(sc.t)
+			if err != nil {
+				return nil, fmt.Errorf("%s: read %s: %w", ck.model, sc.t.Name, err)
+			}
+			if _, err := nvfp4.CheckConvention(b, s); err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", ck.model, module, err)
+			}
+		}
 	case formats.NVFP4MLX:
 		lin.src.codes, lin.src.scales = ref("weight"), ref("scales")
 	default:
