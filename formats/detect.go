@@ -387,6 +387,11 @@ func detectPacked(t map[string]Tensor, s Scheme, l Layout) (Layout, error) {
 	if len(qw.Shape) != 2 || len(qz.Shape) != 2 || len(sc.Shape) != 2 {
 		return l, fmt.Errorf("qweight %v, qzeros %v, scales %v: want 2-D tensors", qw.Shape, qz.Shape, sc.Shape)
 	}
+	for _, d := range [][]int64{qw.Shape, qz.Shape, sc.Shape} {
+		if d[0] <= 0 || d[1] <= 0 {
+			return l, fmt.Errorf("qweight %v, qzeros %v, scales %v: every dimension must be positive", qw.Shape, qz.Shape, sc.Shape)
+		}
+	}
 	if s.Bits != 0 && s.Bits != 4 {
 		return l, fmt.Errorf("%s bits=%d: only 4-bit is supported", s.Method, s.Bits)
 	}

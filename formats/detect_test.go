@@ -147,3 +147,26 @@ func FuzzDetect(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDetectPacked drives the AWQ/GPTQ branch (qweight/qzeros/scales) with
+// arbitrary shapes, zero and negative dimensions included: errors, never a
+// panic (a zero-row scales tensor used to divide by zero).
+func FuzzDetectPacked(f *testing.F) {
+	f.Add(int64(16), int64(1), int64(0), int64(1), int64(0), int64(8))
+	f.Add(int64(128), int64(16), int64(1), int64(16), int64(1), int64(128))
+	f.Add(int64(16), int64(128), int64(2), int64(16), int64(2), int64(128))
+	f.Fuzz(func(t *testing.T, q0, q1, z0, z1, s0, s1 int64) {
+		g := Group{Name: "model.x", Tensors: tm{"qweight": ten("I32", q0, q1), "qzeros": ten("I32", z0, z1), "scales": ten("F16", s0, s1)}}
+		l, err := Detect(g, Scheme{})
+		if err == nil && (l.N <= 0 || l.K <= 0 || l.GroupSize <= 0) {
+			t.Fatalf("Detect accepted %+v", l)
+		}
+	})
+}
+
+func TestDetectPackedZeroGroups(t *testing.T) {
+	g := Group{Name: "model.x", Tensors: tm{"qweight": ten("I32", 16, 1), "qzeros": ten("I32", 0, 1), "scales": ten("F16", 0, 8)}}
+	if _, err := Detect(g, Scheme{}); err == nil || !strings.Contains(err.Error(), "positive") {
+		t.Errorf("zero groups: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"regexp"
 	"slices"
@@ -390,7 +391,7 @@ func checkModel(what string, m *BundleModel) error {
 }
 
 func checkFile(what string, f BundleFile) error {
-	if f.Path == "" || strings.HasPrefix(f.Path, "/") || strings.Contains(f.Path, `\`) || slices.Contains(strings.Split(f.Path, "/"), "..") {
+	if !fs.ValidPath(f.Path) || f.Path == "." || strings.Contains(f.Path, `\`) {
 		return fmt.Errorf("manifest: %s: path %q is not a clean relative path", what, f.Path)
 	}
 	if f.Bytes < 0 || !hexSHA256.MatchString(f.SHA256) {

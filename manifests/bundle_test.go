@@ -182,3 +182,17 @@ func FuzzParseBundle(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckFilePaths(t *testing.T) {
+	sum := strings.Repeat("a", 64)
+	for _, p := range []string{"tokenizer.json", "sub/chat_template.jinja"} {
+		if err := checkFile("files", BundleFile{Path: p, SHA256: sum}); err != nil {
+			t.Errorf("%q refused: %v", p, err)
+		}
+	}
+	for _, p := range []string{"", ".", "/abs", "../x", "a/../b", "a//b", "./x", "x/.", `a\b`} {
+		if err := checkFile("files", BundleFile{Path: p, SHA256: sum}); err == nil {
+			t.Errorf("%q accepted", p)
+		}
+	}
+}

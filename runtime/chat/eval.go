@@ -924,6 +924,9 @@ func (r *renderer) arith(op string, a, b any) (any, error) {
 			return nil, r.errorf("can only concatenate str (not \"%s\") to str", typeName(b))
 		case *List:
 			if bl, ok := b.(*List); ok && bl.Tuple == av.Tuple {
+				if len(av.Items)+len(bl.Items) > maxListItems {
+					return nil, r.errorf("list longer than %d items", maxListItems)
+				}
 				items := make([]any, 0, len(av.Items)+len(bl.Items))
 				items = append(append(items, av.Items...), bl.Items...)
 				return &List{Items: items, Tuple: av.Tuple}, nil
@@ -1039,19 +1042,23 @@ func (r *renderer) repeatStr(s string, n int64) (any, error) {
 	if n <= 0 {
 		return "", nil
 	}
-	if int64(len(s))*n > int64(r.limits.MaxOutputBytes) {
+	// n ≤ max/len, not len·n ≤ max: the product can overflow int64.
+	if len(s) > 0 && n > int64(r.limits.MaxOutputBytes)/int64(len(s)) {
 		return nil, r.errorf("string longer than %d bytes", r.limits.MaxOutputBytes)
 	}
 	return strings.Repeat(s, int(n)), nil
 }
+
+// maxListItems bounds any list a template builds (by *, + or otherwise).
+const maxListItems = 1 << 20
 
 func (r *renderer) repeatList(l *List, n int64) (any, error) {
 	out := &List{Items: []any{}, Tuple: l.Tuple}
 	if n <= 0 {
 		return out, nil
 	}
-	if int64(len(l.Items))*n > 1<<20 {
-		return nil, r.errorf("list longer than %d items", 1<<20)
+	if len(l.Items) > 0 && n > maxListItems/int64(len(l.Items)) {
+		return nil, r.errorf("list longer than %d items", maxListItems)
 	}
 	for range n {
 		out.Items = append(out.Items, l.Items...)

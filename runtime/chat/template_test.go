@@ -288,6 +288,10 @@ func FuzzTemplate(f *testing.F) {
 		"{% macro f(x, y=2) %}{{ x ~ y }}{% endmacro %}{{ f(1) }}{{ f }}",
 		"{{ tools|tojson(indent=2) }}{% raw %}{{{% endraw %}{# c #}",
 		"{{ 'a' if x else b|upper }}{{ x[1:2:3] }}{{ -1 ** 2 }}",
+		// Sizes whose products overflow int64, and doubling by concatenation.
+		"{{ ([1, 2] * 4611686018427387904)|length }}",
+		"{{ 'ab' * 4611686018427387904 }}",
+		"{% set ns = namespace(x=[1]) %}{% for i in range(40) %}{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x|length }}",
 	} {
 		f.Add(s)
 	}
@@ -326,4 +330,23 @@ func FuzzParseJSON(f *testing.F) {
 			t.Fatalf("tojson of parsed %q: %v", s, err)
 		}
 	})
+}
+
+// TestHugeSequencesRefused: repetition and concatenation that would need
+// gigabytes are refused with the rule, not an out-of-memory crash.
+func TestHugeSequencesRefused(t *testing.T) {
+	for _, src := range []string{
+		"{{ ([1, 2] * 4611686018427387904)|length }}",
+		"{{ 'ab' * 4611686018427387904 }}",
+		"{% set ns = namespace(x=[1]) %}{% for i in range(40) %}{% set ns.x = ns.x + ns.x %}{% endfor %}{{ ns.x|length }}",
+	} {
+		tmpl, err := Parse(src)
+		if err != nil {
+			t.Fatalf("parse %q: %v", src, err)
+		}
+		_, err = tmpl.Render(map[string]any{})
+		if err == nil || !(strings.Contains(err.Error(), "longer than")) {
+			t.Errorf("%q: %v, want a length limit error", src, err)
+		}
+	}
 }
