@@ -140,6 +140,6 @@ func runDemo(ctx context.Context, out io.Writer, hubDir string) error {
 	if err := r.WriteText(out); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nThe runtime (pack, lithos-run) is not built yet; see README.md.\n")
+	fmt.Fprintf(out, "\nNext: lithos-pack pack makes a bundle, lithos-run generate runs it on the CPU (README.md).\n")
 	return nil
 }

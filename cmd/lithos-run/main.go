@@ -1,34 +1,227 @@
-// Command lithos-run is the lithos runtime: it memory-maps a bundle made by
-// lithos-pack, generates text with DSpark speculative decoding and serves
-// OpenAI/Anthropic APIs to coding agents. The runtime lands in later issues
-// (see docs/ and the issue tracker); today the command carries the version and
-// help only, so scripts can depend on its name.
+// Command lithos-run is the lithos runtime: it memory-maps a bundle made by lithos-pack and
+// generates text on a backend (today the pure-Go CPU backend; DSpark speculative decoding,
+// Metal/CUDA and the OpenAI/Anthropic server come with later issues). This file is cobra wiring
+// only: flags become a lithos/runtime/generate.Request.
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"lithos/runtime/generate"
+	"lithos/runtime/sample"
 )
 
+// version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 
 func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitInterrupted = 130
+)
+
+// run executes the command line and returns the exit code. stdout gets the generated text (or
+// the one JSON object with --json); everything else goes to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	g := &genFlags{stdout: stdout, stderr: stderr}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(stdout) // help and --version; errors go to stderr
+	root.SetErr(stderr)
+	defer func() {
+		if p := recover(); p != nil { // never a stack trace for a bad command line
+			code = g.fail(fmt.Errorf("internal error: %v", p))
+		}
+	}()
+	if err := root.ExecuteContext(ctx); err != nil {
+		if g.code != exitOK {
+			return g.code
+		}
+		return g.fail(err)
+	}
+	return g.code
+}
+
+func newRoot(g *genFlags) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "lithos-run",
-		Short:         "Run lithos bundles: generate, serve agents (runtime not yet built)",
-		Long:          "lithos-run will load bundles packed by lithos-pack and run them on the CPU, CUDA or Metal\nbackend. The runtime is not part of this release; see README.md for what works today.",
+		Use:   "lithos-run [BUNDLE] [flags]",
+		Short: "Run lithos bundles: generate text from a prompt",
+		Long: "lithos-run loads a bundle packed by lithos-pack (mapped read-only, checked before use) and\n" +
+			"generates text on the CPU backend. `lithos-run BUNDLE --prompt ...` is `lithos-run generate BUNDLE --prompt ...`.",
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Args:          cobra.NoArgs,
+		Args:          cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cmd.Help()
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return g.run(cmd, args[0])
 		},
 	}
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "lithos-run:", err)
-		os.Exit(1)
+	g.register(root)
+	gen := &cobra.Command{
+		Use:   "generate BUNDLE",
+		Short: "Generate text from a prompt (streamed to stdout; --json for one JSON object)",
+		Long: "Generate text from --prompt (or --prompt-ids) with the bundle's target model. Text streams to\n" +
+			"stdout as it is decoded; with --json stdout gets exactly one JSON object at the end:\n" +
+			`{"prompt_tokens", "tokens", "text", "finish_reason", "prefill_tok_per_s", "decode_tok_per_s", "rounds", "tokens_per_round"}` + "\n" +
+			"(on an error: {\"error\": ...}). Logs and statistics go to stderr. Generation stops on the EOS ids of\n" +
+			"generation_config.json (finish_reason eos), a --stop string (stop), --max-tokens (length), a full\n" +
+			"context (context) or Ctrl-C (cancelled, exit status 130).",
+		Args:          cobra.ExactArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.run(cmd, args[0])
+		},
 	}
+	g.register(gen)
+	root.AddCommand(gen)
+	return root
+}
+
+// genFlags are the generate flags (shared by the root command and generate).
+type genFlags struct {
+	prompt, promptIDs, backend string
+	chat, noDraft, json        bool
+	maxTokens, topK, context   int
+	prefillChunk               int
+	temperature, topP          float64
+	seed                       uint64
+	stop                       []string
+	verbose                    bool
+
+	stdout, stderr io.Writer
+	code           int
+}
+
+func (g *genFlags) register(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&g.prompt, "prompt", "", "prompt text (with --chat: the user message)")
+	f.StringVar(&g.promptIDs, "prompt-ids", "", "prompt as comma-separated token ids, e.g. 1,2,3")
+	f.BoolVar(&g.chat, "chat", false, "apply the bundle's chat template to --prompt (one user message, generation prompt appended)")
+	f.IntVar(&g.maxTokens, "max-tokens", 256, "most tokens to generate")
+	f.Float64Var(&g.temperature, "temperature", 0, "sampling temperature; 0 = greedy")
+	f.Float64Var(&g.topP, "top-p", 1, "nucleus sampling: keep the most probable tokens up to this probability mass (1 = off)")
+	f.IntVar(&g.topK, "top-k", 0, "keep the K most probable tokens (0 = off)")
+	f.Uint64Var(&g.seed, "seed", 0, "sampling seed: a fixed seed gives a fixed output")
+	f.StringArrayVar(&g.stop, "stop", nil, "stop when the text contains this string (repeatable); the text is cut before it")
+	f.BoolVar(&g.noDraft, "no-draft", false, "decode without the DSpark draft head (accepted; drafting comes with the speculative-decoding issue, so today every run is draft-free)")
+	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = cpu until Metal/CUDA land)")
+	f.BoolVar(&g.json, "json", false, "print exactly one JSON object on stdout instead of streaming text")
+	f.IntVar(&g.context, "context", 0, "context length in tokens (0 = the model's max_position_embeddings)")
+	f.IntVar(&g.prefillChunk, "prefill-chunk", 0, "prompt rows per prefill step (0 = 128)")
+	f.BoolVarP(&g.verbose, "verbose", "v", false, "debug logs on stderr")
+}
+
+// fail reports err (as {"error": ...} on stdout with --json, always on stderr) and returns the
+// exit code.
+func (g *genFlags) fail(err error) int {
+	fmt.Fprintln(g.stderr, "lithos-run:", err)
+	if g.json {
+		writeJSON(g.stdout, map[string]string{"error": err.Error()})
+	}
+	g.code = exitError
+	return exitError
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func (g *genFlags) run(cmd *cobra.Command, dir string) error {
+	level := slog.LevelInfo
+	if g.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+	fl := cmd.Flags()
+	req := generate.Request{
+		Chat: g.chat, MaxTokens: g.maxTokens, Stop: g.stop, Context: g.context, PrefillChunk: g.prefillChunk,
+		Sampling: sample.Params{Temperature: g.temperature, TopK: g.topK, TopP: g.topP, Seed: g.seed},
+	}
+	switch {
+	case fl.Changed("prompt") && fl.Changed("prompt-ids"):
+		return errors.New("give --prompt or --prompt-ids, not both")
+	case fl.Changed("prompt-ids"):
+		ids, err := generate.ParseIDs(g.promptIDs)
+		if err != nil {
+			return fmt.Errorf("--prompt-ids: %w", err)
+		}
+		req.PromptIDs = ids
+	case fl.Changed("prompt"):
+		req.Prompt = g.prompt
+		if req.Prompt == "" {
+			return errors.New("empty prompt: --prompt is empty")
+		}
+	default:
+		return errors.New("no prompt: give --prompt TEXT or --prompt-ids 1,2,3")
+	}
+	if g.maxTokens < 1 {
+		return fmt.Errorf("--max-tokens %d: want at least 1", g.maxTokens)
+	}
+	if g.context < 0 || g.prefillChunk < 0 {
+		return errors.New("--context and --prefill-chunk must not be negative")
+	}
+	if err := req.Sampling.Validate(); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	r, err := generate.Open(ctx, dir, g.backend, log)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if g.noDraft {
+		log.Debug("--no-draft: no draft head is used (speculative decoding is not built yet)")
+	}
+	if !g.json {
+		if r.Tokenizer != nil {
+			req.OnText = func(s string) error { _, err := io.WriteString(g.stdout, s); return err }
+		} else {
+			req.OnToken = func(id int32) error { _, err := fmt.Fprintf(g.stdout, "%d ", id); return err }
+		}
+	}
+	res, err := r.Generate(ctx, req)
+	if res == nil {
+		return err
+	}
+	if g.json {
+		writeJSON(g.stdout, res)
+	} else {
+		fmt.Fprintln(g.stdout)
+	}
+	fmt.Fprintf(g.stderr, "lithos-run: %d prompt tokens, %d generated (%s); prefill %.1f tok/s, decode %.2f tok/s over %d rounds (%.2f tokens/round); backend %s\n",
+		res.PromptTokens, len(res.Tokens), res.FinishReason, res.PrefillTokPerS, res.DecodeTokPerS, res.Rounds, res.TokensPerRound, r.Backend.Name())
+	if err != nil {
+		if res.FinishReason == generate.FinishCancelled {
+			fmt.Fprintln(g.stderr, "lithos-run: interrupted")
+			g.code = exitInterrupted
+			return err
+		}
+		return err
+	}
+	return nil
 }

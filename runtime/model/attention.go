@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"lithos/runtime/vec"
 	"math"
 )
 
@@ -41,7 +42,7 @@ func Attend(s AttnShape, out, q []float32, rows, p0 int, kc, vc []float32, scale
 	}
 	group := s.Heads / s.KVHeads
 	tasks := rows * s.Heads
-	parallelFor(tasks, minRowsPerTask((p0+rows)*hd*2), func(lo, hi int) {
+	vec.ParallelFor(tasks, vec.MinRowsPerTask((p0+rows)*hd*2), func(lo, hi int) {
 		scores := make([]float32, part)
 		acc := make([]float32, hd)
 		po := make([]float32, hd)
@@ -57,7 +58,7 @@ func Attend(s AttnShape, out, q []float32, rows, p0 int, kc, vc []float32, scale
 				e := min(s0+part, last+1)
 				pm := float32(math.Inf(-1))
 				for t := s0; t < e; t++ {
-					sc := dot(qv, kc[t*kvRow+kvh*hd:t*kvRow+kvh*hd+hd]) * scale
+					sc := vec.Dot(qv, kc[t*kvRow+kvh*hd:t*kvRow+kvh*hd+hd]) * scale
 					scores[t-s0] = sc
 					pm = max(pm, sc)
 				}
@@ -66,7 +67,7 @@ func Attend(s AttnShape, out, q []float32, rows, p0 int, kc, vc []float32, scale
 				for t := s0; t < e; t++ {
 					p := exp32(scores[t-s0] - pm)
 					pl += p
-					axpy(po, p, vc[t*kvRow+kvh*hd:t*kvRow+kvh*hd+hd])
+					vec.Axpy(po, p, vc[t*kvRow+kvh*hd:t*kvRow+kvh*hd+hd])
 				}
 				nm := max(m, pm)
 				a := exp32(m - nm) // 0 for the first partition (m = −Inf)

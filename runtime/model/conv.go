@@ -1,6 +1,10 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+
+	"lithos/runtime/vec"
+)
 
 // CausalConv1D is the GDN's causal depthwise convolution followed by SiLU
 // (qwen35-and-quant.md §A.5 step 2; transformers' causal_conv1d_fn / causal_conv1d_update):
@@ -28,7 +32,7 @@ func CausalConv1D(out, x []float32, rows int, state, newState, w []float32, kern
 		}
 		return state[(hist+tau)*c+ch]
 	}
-	parallelFor(c, minRowsPerTask(rows*kernel*4), func(lo, hi int) {
+	vec.ParallelFor(c, vec.MinRowsPerTask(rows*kernel*4), func(lo, hi int) {
 		for t := 0; t < rows; t++ {
 			o := out[t*c : t*c+c]
 			for ch := lo; ch < hi; ch++ {

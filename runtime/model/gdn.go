@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"lithos/runtime/vec"
 	"math"
 )
 
@@ -57,7 +58,7 @@ func GDNRecurrent(s GDNShape, out, q, k, v, beta, g []float32, rows int, state, 
 	}
 	dk, dv := s.KDim, s.VDim
 	hs := dk * dv
-	parallelFor(s.VHeads, minRowsPerTask(rows*hs*4), func(lo, hi int) {
+	vec.ParallelFor(s.VHeads, vec.MinRowsPerTask(rows*hs*4), func(lo, hi int) {
 		m := make([]float32, dv)
 		delta := make([]float32, dv)
 		for h := lo; h < hi; h++ {
@@ -135,7 +136,7 @@ func GDNChunked(s GDNShape, out, q, k, v, beta, g []float32, rows int, state, ne
 	dk, dv := s.KDim, s.VDim
 	hs := dk * dv
 	c := min(chunk, max(rows, 1))
-	parallelFor(s.VHeads, 1, func(lo, hi int) {
+	vec.ParallelFor(s.VHeads, 1, func(lo, hi int) {
 		gam := make([]float64, c)
 		eg := make([]float32, c)
 		A := make([]float32, c*c)
@@ -162,7 +163,7 @@ func GDNChunked(s GDNShape, out, q, k, v, beta, g []float32, rows int, state, ne
 					ki := K(c0 + i)
 					bi := beta[(c0+i)*s.VHeads+h]
 					for j := 0; j < i; j++ {
-						A[i*c+j] = (bi * dot(ki, K(c0+j))) * expDiff(gam[i], gam[j])
+						A[i*c+j] = (bi * vec.Dot(ki, K(c0+j))) * expDiff(gam[i], gam[j])
 					}
 					u := U[i*dv : (i+1)*dv]
 					for jv, e := range V(c0 + i) {
@@ -174,8 +175,8 @@ func GDNChunked(s GDNShape, out, q, k, v, beta, g []float32, rows int, state, ne
 					}
 					for j := 0; j < i; j++ {
 						aij := A[i*c+j]
-						axpy(u, -aij, U[j*dv:(j+1)*dv])
-						axpy(w, -aij, W[j*dk:(j+1)*dk])
+						vec.Axpy(u, -aij, U[j*dv:(j+1)*dv])
+						vec.Axpy(w, -aij, W[j*dk:(j+1)*dk])
 					}
 				}
 				// V' = U − W S.
@@ -184,7 +185,7 @@ func GDNChunked(s GDNShape, out, q, k, v, beta, g []float32, rows int, state, ne
 					copy(vp, U[i*dv:(i+1)*dv])
 					w := W[i*dk : (i+1)*dk]
 					for a := 0; a < dk; a++ {
-						axpy(vp, -w[a], S[a*dv:(a+1)*dv])
+						vec.Axpy(vp, -w[a], S[a*dv:(a+1)*dv])
 					}
 				}
 				// Outputs: the decayed read of the old state plus the causal intra-chunk part.
@@ -194,11 +195,11 @@ func GDNChunked(s GDNShape, out, q, k, v, beta, g []float32, rows int, state, ne
 					clear(o)
 					qi := Q(t)
 					for a := 0; a < dk; a++ {
-						axpy(o, qi[a]*eg[i], S[a*dv:(a+1)*dv])
+						vec.Axpy(o, qi[a]*eg[i], S[a*dv:(a+1)*dv])
 					}
 					for j := 0; j <= i; j++ {
-						coef := dot(qi, K(c0+j)) * expDiff(gam[i], gam[j])
-						axpy(o, coef, Vp[j*dv:(j+1)*dv])
+						coef := vec.Dot(qi, K(c0+j)) * expDiff(gam[i], gam[j])
+						vec.Axpy(o, coef, Vp[j*dv:(j+1)*dv])
 					}
 				}
 				// State update.
@@ -212,7 +213,7 @@ func GDNChunked(s GDNShape, out, q, k, v, beta, g []float32, rows int, state, ne
 					f := expDiff(last, gam[j])
 					vp := Vp[j*dv : (j+1)*dv]
 					for a := 0; a < dk; a++ {
-						axpy(S[a*dv:(a+1)*dv], kj[a]*f, vp)
+						vec.Axpy(S[a*dv:(a+1)*dv], kj[a]*f, vp)
 					}
 				}
 			}

@@ -1,0 +1,612 @@
+// Package generate is the host side of text generation (docs/runtime.md §5): it opens a bundle
+// on a backend, turns a prompt (text, chat messages through the bundle's chat template, or
+// token ids) into tokens, runs a session's prefill and decode programs, drains the token ring,
+// streams the decoded text, and stops on the EOS ids of generation_config.json, --stop
+// strings, the token limit, a full context or a cancelled context. lithos-run's generate
+// command is a thin wrapper around Open and Runner.Generate.
+//
+// Imports: lithos/runtime/{backend, backend/cpu, bundle, chat, sample, tokenizer}, log/slog.
+package generate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"lithos/runtime/backend"
+	"lithos/runtime/backend/cpu"
+	"lithos/runtime/bundle"
+	"lithos/runtime/chat"
+	"lithos/runtime/sample"
+	"lithos/runtime/tokenizer"
+)
+
+// Backends are the backend names Open accepts; "auto" picks the best available (today: cpu).
+var Backends = []string{"auto", "cpu"}
+
+// NewBackend returns the backend called name ("auto" or "cpu").
+func NewBackend(name string) (backend.Backend, error) {
+	switch name {
+	case "auto", "cpu", "":
+		return cpu.Backend{}, nil
+	}
+	return nil, fmt.Errorf("backend %q: want one of %s (metal and cuda are not built yet)", name, strings.Join(Backends, ", "))
+}
+
+// Files read from a bundle, and their size limits (bytes).
+const (
+	maxTokenizerBytes = tokenizer.MaxFileBytes
+	maxSmallJSONBytes = 16 << 20
+)
+
+// Runner is an opened bundle with its target loaded on a backend, its tokenizer, chat
+// template and EOS ids.
+type Runner struct {
+	Bundle  *bundle.Bundle
+	Backend backend.Backend
+	Target  backend.Target
+	// Tokenizer is nil when the bundle has no tokenizer.json (token ids only).
+	Tokenizer *tokenizer.Tokenizer
+	// Chat is nil when the bundle has no tokenizer_config.json / chat template.
+	Chat *chat.Config
+	// EOS are the ids that end generation: generation_config.json's eos_token_id, else the
+	// model config's.
+	EOS []int32
+	// MaxContext is the model's max_position_embeddings (0 when the config has none).
+	MaxContext int
+	Log        *slog.Logger
+}
+
+// Open opens the bundle in dir (checked and mapped: bundle.Open), loads its target on the
+// named backend, and reads its tokenizer, chat template and generation config when present.
+// Errors name the bundle, file, tensor or field.
+func Open(ctx context.Context, dir, backendName string, log *slog.Logger) (*Runner, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	be, err := NewBackend(backendName)
+	if err != nil {
+		return nil, err
+	}
+	b, err := bundle.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{Bundle: b, Backend: be, Log: log}
+	if err := r.load(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Runner) load(ctx context.Context) error {
+	b := r.Bundle
+	var err error
+	if r.Target, err = r.Backend.Load(ctx, b); err != nil {
+		return err
+	}
+	vocab := r.Target.Config().Vocab
+	if data, err := b.ReadFile("tokenizer.json", maxTokenizerBytes); err == nil {
+		if r.Tokenizer, err = tokenizer.Parse(data); err != nil {
+			return fmt.Errorf("bundle %s: tokenizer.json: %w", b.Dir, err)
+		}
+		if n := r.Tokenizer.VocabSize(); n > vocab {
+			return fmt.Errorf("bundle %s: tokenizer.json has ids up to %d, the model's vocabulary is %d", b.Dir, n-1, vocab)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if data, err := b.ReadFile("tokenizer_config.json", maxSmallJSONBytes); err == nil {
+		c, err := chat.ParseConfig(data)
+		if err != nil {
+			return fmt.Errorf("bundle %s: %w", b.Dir, err)
+		}
+		if tpl, err := b.ReadFile("chat_template.jinja", maxSmallJSONBytes); err == nil {
+			c.Templates["default"] = string(tpl)
+		}
+		r.Chat = c
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	cfgEOS, maxPos, err := parseModelConfig(b.Manifest.Target.Config)
+	if err != nil {
+		return fmt.Errorf("bundle %s: target.config: %w", b.Dir, err)
+	}
+	r.MaxContext = maxPos
+	r.EOS = cfgEOS
+	if data, err := b.ReadFile("generation_config.json", maxSmallJSONBytes); err == nil {
+		var gc struct {
+			EOS json.RawMessage `json:"eos_token_id"`
+		}
+		if err := json.Unmarshal(data, &gc); err != nil {
+			return fmt.Errorf("bundle %s: generation_config.json: %w", b.Dir, err)
+		}
+		if len(gc.EOS) > 0 && string(gc.EOS) != "null" {
+			if r.EOS, err = parseIDs(gc.EOS); err != nil {
+				return fmt.Errorf("bundle %s: generation_config.json: eos_token_id: %w", b.Dir, err)
+			}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, id := range r.EOS {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("bundle %s: EOS token %d is outside the vocabulary [0, %d)", b.Dir, id, vocab)
+		}
+	}
+	if len(r.EOS) == 0 {
+		r.Log.Warn("the bundle names no EOS token (generation_config.json, config.json): generation stops on --stop, --max-tokens or the context only")
+	}
+	return nil
+}
+
+// parseModelConfig reads eos_token_id and max_position_embeddings from a config.json, from
+// text_config when there is one.
+func parseModelConfig(raw json.RawMessage) ([]int32, int, error) {
+	var top struct {
+		EOS        json.RawMessage `json:"eos_token_id"`
+		MaxPos     *int            `json:"max_position_embeddings"`
+		TextConfig *struct {
+			EOS    json.RawMessage `json:"eos_token_id"`
+			MaxPos *int            `json:"max_position_embeddings"`
+		} `json:"text_config"`
+	}
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, 0, err
+	}
+	eos, maxPos := top.EOS, top.MaxPos
+	if tc := top.TextConfig; tc != nil {
+		if len(tc.EOS) > 0 && string(tc.EOS) != "null" {
+			eos = tc.EOS
+		}
+		if tc.MaxPos != nil {
+			maxPos = tc.MaxPos
+		}
+	}
+	var ids []int32
+	if len(eos) > 0 && string(eos) != "null" {
+		var err error
+		if ids, err = parseIDs(eos); err != nil {
+			return nil, 0, fmt.Errorf("eos_token_id: %w", err)
+		}
+	}
+	mp := 0
+	if maxPos != nil {
+		if *maxPos < 0 {
+			return nil, 0, fmt.Errorf("max_position_embeddings %d is negative", *maxPos)
+		}
+		mp = *maxPos
+	}
+	return ids, mp, nil
+}
+
+// parseIDs reads an int or a list of ints.
+func parseIDs(raw json.RawMessage) ([]int32, error) {
+	var one int32
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []int32{one}, nil
+	}
+	var many []int32
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("want a token id or a list of them, got %s", raw)
+	}
+	return many, nil
+}
+
+// Close releases the target and unmaps the bundle.
+func (r *Runner) Close() error {
+	var err error
+	if r.Target != nil {
+		err = r.Target.Close()
+	}
+	return errors.Join(err, r.Bundle.Close())
+}
+
+// Request is one generation.
+type Request struct {
+	// Prompt is the text (or, with Chat, the user message). Exactly one of Prompt and
+	// PromptIDs is used: PromptIDs when it is not nil.
+	Prompt string
+	// PromptIDs are token ids given directly.
+	PromptIDs []int32
+	// Chat renders Prompt as one user message through the bundle's chat template, with the
+	// assistant turn's header appended (add_generation_prompt).
+	Chat bool
+	// MaxTokens is the most tokens to generate (≥ 1).
+	MaxTokens int
+	// Sampling: temperature 0 is greedy.
+	Sampling sample.Params
+	// Stop strings end generation when the text contains one; the text is cut before it.
+	Stop []string
+	// Context is the most positions the sequence may use (0: the model's
+	// max_position_embeddings, or 32768 when the config has none).
+	Context int
+	// PrefillChunk is the rows per prefill step (0: backend.DefaultPrefillChunk).
+	PrefillChunk int
+	// OnText, when set, receives the text as it becomes final (never a piece that a stop
+	// string could still remove). An error it returns stops generation and is returned.
+	OnText func(string) error
+	// OnToken, when set, receives each generated token id as it is drained (EOS excluded).
+	OnToken func(int32) error
+}
+
+// DefaultContext is the context when neither the request nor the model config gives one;
+// MaxContext is the largest context a request may ask for.
+const (
+	DefaultContext = 32768
+	MaxContext     = 1 << 24
+)
+
+// Finish reasons (Result.FinishReason).
+const (
+	FinishEOS       = "eos"       // the model produced an EOS token (not included in Tokens)
+	FinishStop      = "stop"      // a stop string appeared (Text is cut before it)
+	FinishLength    = "length"    // MaxTokens tokens were generated
+	FinishContext   = "context"   // the context is full
+	FinishCancelled = "cancelled" // ctx was cancelled (Ctrl-C)
+)
+
+// Result is what a generation produced, as lithos-run --json prints it.
+type Result struct {
+	// PromptTokens is the number of prompt tokens.
+	PromptTokens int `json:"prompt_tokens"`
+	// Tokens are the generated ids, without the EOS that ended generation.
+	Tokens []int32 `json:"tokens"`
+	// Text is the decoded text of Tokens (special tokens skipped), cut before a stop string.
+	Text         string `json:"text"`
+	FinishReason string `json:"finish_reason"`
+	// PrefillTokPerS is prompt tokens ÷ the prefill time (which includes sampling the first
+	// token); DecodeTokPerS is the tokens of the decode rounds ÷ their time (0 without any).
+	PrefillTokPerS float64 `json:"prefill_tok_per_s"`
+	DecodeTokPerS  float64 `json:"decode_tok_per_s"`
+	// Rounds is the decode rounds run (one forward pass of the target each; the first token
+	// comes from the prefill and is not a round). TokensPerRound is the tokens those rounds
+	// committed ÷ Rounds: 1 without a draft head.
+	Rounds         int     `json:"rounds"`
+	TokensPerRound float64 `json:"tokens_per_round"`
+}
+
+// Tokens returns the prompt's token ids for req, checked against the model's vocabulary (and
+// the tokenizer's, when there is one). Errors: an empty prompt, text without a tokenizer,
+// Chat without a chat template or with PromptIDs, an unknown id.
+func (r *Runner) Tokens(req *Request) ([]int32, error) {
+	vocab := r.Target.Config().Vocab
+	if req.PromptIDs != nil {
+		if req.Chat {
+			return nil, errors.New("--chat applies to a text prompt, not to --prompt-ids")
+		}
+		if len(req.PromptIDs) == 0 {
+			return nil, errors.New("empty prompt: no token ids")
+		}
+		for i, id := range req.PromptIDs {
+			if id < 0 || int(id) >= vocab {
+				return nil, fmt.Errorf("prompt token %d (position %d) is not a token id of this model (vocabulary [0, %d))", id, i, vocab)
+			}
+			if r.Tokenizer != nil {
+				if _, err := r.Tokenizer.Decode([]int{int(id)}, false); err != nil {
+					return nil, fmt.Errorf("prompt token %d (position %d) is not in the tokenizer's vocabulary", id, i)
+				}
+			}
+		}
+		return req.PromptIDs, nil
+	}
+	if req.Prompt == "" {
+		return nil, errors.New("empty prompt: give --prompt TEXT or --prompt-ids IDS")
+	}
+	if r.Tokenizer == nil {
+		return nil, fmt.Errorf("bundle %s has no tokenizer.json: give the prompt as --prompt-ids", r.Bundle.Dir)
+	}
+	text := req.Prompt
+	if req.Chat {
+		if r.Chat == nil {
+			return nil, fmt.Errorf("bundle %s has no tokenizer_config.json with a chat template", r.Bundle.Dir)
+		}
+		src, err := r.Chat.Template(false)
+		if err != nil {
+			return nil, fmt.Errorf("bundle %s: %w", r.Bundle.Dir, err)
+		}
+		tpl, err := chat.Parse(src)
+		if err != nil {
+			return nil, fmt.Errorf("bundle %s: chat template: %w", r.Bundle.Dir, err)
+		}
+		msg := chat.NewDict()
+		msg.Set("role", "user")
+		msg.Set("content", req.Prompt)
+		if text, err = tpl.Apply(chat.Input{Messages: chat.NewList(msg), AddGenerationPrompt: true, Vars: r.Chat.SpecialTokens}); err != nil {
+			return nil, fmt.Errorf("bundle %s: chat template: %w", r.Bundle.Dir, err)
+		}
+	}
+	ids, err := r.Tokenizer.Encode(text)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("empty prompt: the text has no tokens")
+	}
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		if id >= vocab {
+			return nil, fmt.Errorf("prompt token %d (position %d) from the tokenizer is outside the model's vocabulary [0, %d)", id, i, vocab)
+		}
+		out[i] = int32(id)
+	}
+	return out, nil
+}
+
+// Generate runs req to completion. Every check of the request (prompt, context, sampling,
+// stop strings) happens before any model work. It returns the result so far and ctx's error
+// when ctx is cancelled (FinishReason "cancelled"), and an error from the backend or a
+// callback as is.
+func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
+	if req.MaxTokens < 1 {
+		return nil, fmt.Errorf("max tokens %d: want at least 1", req.MaxTokens)
+	}
+	if err := req.Sampling.Validate(); err != nil {
+		return nil, err
+	}
+	for i, s := range req.Stop {
+		if s == "" {
+			return nil, fmt.Errorf("stop string %d is empty", i)
+		}
+	}
+	if len(req.Stop) > 0 && r.Tokenizer == nil {
+		return nil, fmt.Errorf("bundle %s has no tokenizer.json: stop strings cannot be matched", r.Bundle.Dir)
+	}
+	prompt, err := r.Tokens(&req)
+	if err != nil {
+		return nil, err
+	}
+	limit := req.Context
+	if limit == 0 {
+		limit = r.MaxContext
+	}
+	if limit == 0 {
+		limit = DefaultContext
+	}
+	if limit < 0 || limit > MaxContext {
+		return nil, fmt.Errorf("context %d: want a positive length of at most %d tokens", limit, MaxContext)
+	}
+	if len(prompt) >= limit {
+		return nil, fmt.Errorf("the prompt has %d tokens, which leaves no room in the context of %d (give a shorter prompt or a larger --context)", len(prompt), limit)
+	}
+	maxTok := min(req.MaxTokens, limit) // the context holds at most limit − prompt + 1 new tokens
+	sess, err := r.Target.NewSession(backend.SessionOptions{
+		Capacity: min(limit, len(prompt)+maxTok), PrefillChunk: req.PrefillChunk,
+		Sampling: req.Sampling, EOS: r.EOS,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	ss := sess.State()
+	ss.StopAt = ss.RingHead + uint32(maxTok)
+
+	res := &Result{PromptTokens: len(prompt), Tokens: []int32{}}
+	out := &output{req: &req, tok: r.Tokenizer, eos: r.EOS, res: res}
+	if r.Tokenizer != nil {
+		out.dec = r.Tokenizer.NewStreamDecoder(true)
+	}
+	t0 := time.Now()
+	if err := sess.Prefill(ctx, prompt); err != nil {
+		return r.finish(res, out, ctx, err)
+	}
+	res.PrefillTokPerS = float64(len(prompt)) / time.Since(t0).Seconds()
+	var decodeTime time.Duration
+	decodeTokens := 0
+	var buf []int32
+	for {
+		buf = sess.Ring().Drain(ss, buf[:0])
+		if err := out.add(buf); err != nil {
+			return r.finish(res, out, ctx, err)
+		}
+		if out.reason != "" {
+			break
+		}
+		if ss.Done != 0 {
+			switch {
+			case ss.Error == backend.ErrContextFull:
+				out.reason = FinishContext
+			case ss.Error != backend.ErrNone:
+				return r.finish(res, out, ctx, fmt.Errorf("generation stopped with device error %d", ss.Error))
+			default:
+				out.reason = FinishLength // StopAt; an EOS was seen by out.add
+			}
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return r.finish(res, out, ctx, err)
+		}
+		head := ss.RingHead
+		t := time.Now()
+		err := sess.Decode(ctx, 1)
+		decodeTime += time.Since(t)
+		if n := int(ss.RingHead - head); n > 0 {
+			res.Rounds++
+			decodeTokens += n
+		}
+		if err != nil {
+			return r.finish(res, out, ctx, err)
+		}
+	}
+	if res.Rounds > 0 {
+		res.DecodeTokPerS = float64(decodeTokens) / decodeTime.Seconds()
+		res.TokensPerRound = float64(decodeTokens) / float64(res.Rounds)
+	}
+	return r.finish(res, out, ctx, nil)
+}
+
+// finish flushes the text and sets the finish reason; a cancelled ctx becomes "cancelled"
+// with ctx's error returned alongside the result.
+func (r *Runner) finish(res *Result, out *output, ctx context.Context, err error) (*Result, error) {
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		out.reason = FinishCancelled
+		if ferr := out.flush(); ferr != nil {
+			return res, ferr
+		}
+		res.FinishReason = out.reason
+		return res, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ferr := out.flush(); ferr != nil {
+		return nil, ferr
+	}
+	res.FinishReason = out.reason
+	return res, nil
+}
+
+// output turns drained tokens into the result: EOS ends it, the stream decoder makes text,
+// stop strings cut it, and text that no stop string can still remove goes to OnText.
+type output struct {
+	req    *Request
+	tok    *tokenizer.Tokenizer
+	dec    *tokenizer.StreamDecoder
+	eos    []int32
+	res    *Result
+	text   strings.Builder // decoded so far
+	sent   int             // bytes of text passed to OnText
+	reason string          // set when generation is over
+}
+
+func (o *output) add(ids []int32) error {
+	for _, id := range ids {
+		if o.reason != "" {
+			return nil
+		}
+		if isEOS(o.eos, id) {
+			o.reason = FinishEOS
+			return nil
+		}
+		o.res.Tokens = append(o.res.Tokens, id)
+		if o.req.OnToken != nil {
+			if err := o.req.OnToken(id); err != nil {
+				return err
+			}
+		}
+		if o.dec != nil {
+			piece, err := o.dec.Add(int(id))
+			if err != nil {
+				return err
+			}
+			o.text.WriteString(piece)
+			if err := o.emit(false); err != nil {
+				return err
+			}
+		}
+		if o.reason == "" && len(o.res.Tokens) >= o.req.MaxTokens {
+			o.reason = FinishLength
+		}
+	}
+	return nil
+}
+
+func isEOS(eos []int32, id int32) bool {
+	for _, e := range eos {
+		if e == id {
+			return true
+		}
+	}
+	return false
+}
+
+// emit checks the stop strings and passes on the text that is final: all of it when final,
+// else all but the longest tail that begins a stop string.
+func (o *output) emit(final bool) error {
+	s := o.text.String()
+	from := o.sent
+	for _, stop := range o.req.Stop {
+		from = min(from, max(0, o.sent-len(stop)+1))
+	}
+	cut := -1
+	for _, stop := range o.req.Stop {
+		if i := strings.Index(s[from:], stop); i >= 0 && (cut < 0 || from+i < cut) {
+			cut = from + i
+		}
+	}
+	end := len(s)
+	if cut >= 0 {
+		end = cut
+		o.reason = FinishStop
+		final = true
+	}
+	if !final {
+		for _, stop := range o.req.Stop {
+			for k := min(len(stop)-1, len(s)-o.sent); k > 0; k-- {
+				if strings.HasSuffix(s, stop[:k]) {
+					end = min(end, len(s)-k)
+					break
+				}
+			}
+		}
+	}
+	if end > o.sent {
+		if o.req.OnText != nil {
+			if err := o.req.OnText(s[o.sent:end]); err != nil {
+				return err
+			}
+		}
+		o.sent = end
+	}
+	if cut >= 0 {
+		o.res.Text = s[:cut]
+	}
+	return nil
+}
+
+// flush ends the stream: the decoder's held-back bytes, then everything not yet emitted.
+func (o *output) flush() error {
+	if o.dec == nil {
+		return nil
+	}
+	if o.reason != FinishStop {
+		o.text.WriteString(o.dec.Flush())
+		if err := o.emit(true); err != nil {
+			return err
+		}
+	}
+	if o.reason != FinishStop {
+		o.res.Text = o.text.String()
+	}
+	return nil
+}
+
+// MaxPromptIDs bounds the ids ParseIDs accepts (a prompt longer than any context).
+const MaxPromptIDs = 1 << 24
+
+// ParseIDs reads a comma-separated list of token ids ("1,2,3"; spaces around ids are
+// allowed). Errors name the entry: an empty entry, a non-integer, a negative id, an id above
+// 2³¹−1, more than MaxPromptIDs ids.
+func ParseIDs(s string) ([]int32, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("empty prompt: no token ids")
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) > MaxPromptIDs {
+		return nil, fmt.Errorf("%d token ids: more than %d", len(parts), MaxPromptIDs)
+	}
+	ids := make([]int32, 0, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return nil, fmt.Errorf("token id %d is empty (ids are comma-separated: 1,2,3)", i)
+		}
+		v, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("token id %d (%.20q) is not an integer", i, p)
+		}
+		if v < 0 || v > math.MaxInt32 {
+			return nil, fmt.Errorf("token id %d (%d) is out of range [0, %d]", i, v, math.MaxInt32)
+		}
+		ids = append(ids, int32(v))
+	}
+	return ids, nil
+}
