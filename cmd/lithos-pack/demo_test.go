@@ -9,8 +9,10 @@ import (
 )
 
 // TestDemo runs README's first command in-process and checks what it must
-// show: the fixture fetched and audited, and the 27B budget of the article
-// reproduced through a remote audit.
+// show: the fixture fetched and audited, the 27B budget of the article
+// reproduced through a remote audit, the fixture packed, verified and run
+// (its model vocabulary is padded past its tokenizer's: sampled ids without
+// a token must not stop generation).
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	if err := runDemo(context.Background(), &out, filepath.Join("..", "..", "testdata", "hub")); err != nil {
@@ -25,6 +27,8 @@ func TestDemo(t *testing.T) {
 		"20.063 GB per pass -> 30.6 tok/s",
 		"1.136 GB on disk",
 		"per draft block: 1.939 GB",
+		"verify: sizes, alignment and the sha256 of all 44 tensors OK",
+		"prompt 11 tokens -> 12 tokens",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q", want)

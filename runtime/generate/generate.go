@@ -291,7 +291,7 @@ func (r *Runner) Tokens(req *Request) ([]int32, error) {
 				return nil, fmt.Errorf("prompt token %d (position %d) is not a token id of this model (vocabulary [0, %d))", id, i, vocab)
 			}
 			if r.Tokenizer != nil {
-				if _, err := r.Tokenizer.Decode([]int{int(id)}, false); err != nil {
+				if !r.Tokenizer.Known(int(id)) {
 					return nil, fmt.Errorf("prompt token %d (position %d) is not in the tokenizer's vocabulary", id, i)
 				}
 			}
@@ -492,7 +492,10 @@ func (o *output) add(ids []int32) error {
 				return err
 			}
 		}
-		if o.dec != nil {
+		// An id past the tokenizer's vocabulary (a padded embedding row) has no
+		// text: it is kept in Tokens and left out of Text, as HF tokenizers'
+		// decode skips ids it has no token for.
+		if o.dec != nil && o.tok.Known(int(id)) {
 			piece, err := o.dec.Add(int(id))
 			if err != nil {
 				return err

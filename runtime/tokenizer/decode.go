@@ -37,6 +37,13 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) (string, error) {
 	return string(appendLossy(nil, b)), nil
 }
 
+// Known reports whether id is a token of this tokenizer. A model's vocabulary
+// is often padded past the tokenizer's (Qwen's embedding has more rows than
+// tokens), so a sampled id may have no text.
+func (t *Tokenizer) Known(id int) bool {
+	return id >= 0 && id < len(t.idKnown) && t.idKnown[id]
+}
+
 func (t *Tokenizer) tokenBytesOf(id, pos int) ([]byte, error) {
 	if id < 0 || id >= len(t.idKnown) || !t.idKnown[id] {
 		return nil, fmt.Errorf("tokenizer: token id %d at position %d is not in the vocabulary (size %d)", id, pos, len(t.idKnown))

@@ -167,6 +167,11 @@ func TestDecodeUnknownID(t *testing.T) {
 	if _, err := d.Add(5000); err == nil {
 		t.Error("stream decoder accepted id 5000")
 	}
+	for id, want := range map[int]bool{1: true, 278: true, 279: false, -1: false, 1 << 30: false} {
+		if tok.Known(id) != want {
+			t.Errorf("Known(%d) = %v, want %v", id, !want, want)
+		}
+	}
 }
 
 // TestStreamDecoder: the streamed pieces are valid UTF-8, none is emitted before its last
