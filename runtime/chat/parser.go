@@ -1052,17 +1052,9 @@ func (p *parser) parseFilterChain(x expr) ([]*filterExpr, error) {
 		}
 		first = false
 		t := p.cur()
-		name, err := p.expectName()
+		name, err := p.dottedName()
 		if err != nil {
 			return nil, err
-		}
-		for p.isOp(".") {
-			p.next()
-			n2, err := p.expectName()
-			if err != nil {
-				return nil, err
-			}
-			name += "." + n2
 		}
 		if _, ok := filters[name]; !ok {
 			return nil, &SyntaxError{Line: t.line, Msg: fmt.Sprintf("no filter named '%s'", name)}
@@ -1083,21 +1075,30 @@ func (p *parser) parseFilterChain(x expr) ([]*filterExpr, error) {
 	return out, nil
 }
 
-func (p *parser) parseTest(x expr) (expr, error) {
-	p.next() // "is"
-	neg := p.skipName("not")
-	t := p.cur()
+// dottedName reads a filter or test name, which may be dotted ("a.b").
+func (p *parser) dottedName() (string, error) {
 	name, err := p.expectName()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	for p.isOp(".") {
 		p.next()
 		n2, err := p.expectName()
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		name += "." + n2
+	}
+	return name, nil
+}
+
+func (p *parser) parseTest(x expr) (expr, error) {
+	p.next() // "is"
+	neg := p.skipName("not")
+	t := p.cur()
+	name, err := p.dottedName()
+	if err != nil {
+		return nil, err
 	}
 	if _, ok := tests[name]; !ok {
 		return nil, &SyntaxError{Line: t.line, Msg: fmt.Sprintf("no test named '%s'", name)}

@@ -536,19 +536,21 @@ func dotFP8(u unitReader, _ *stripe, x []float32) float32 {
 
 // NVFP4: two E2M1 codes per byte, one E4M3 block scale per 16 columns in the unit's slots.
 
+// nvfp4Group returns slot q's decoded E4M3 block scale and the code bytes of its group gr
+// (columns [gr[0], gr[1]) of the stripe), read in place when they lie in one word (codeOff)
+// or gathered into buf.
+func nvfp4Group(u unitReader, st *stripe, q int, gr [2]int, buf []byte) (float32, []byte) {
+	if st.codeOff != nil {
+		o := u.off + st.codeOff[q]
+		return e4m3LUT[u.data[u.off+st.scaleOff[q]]], u.data[o : o+(gr[1]-gr[0])/2]
+	}
+	return e4m3LUT[u.byteAt(st.pay+q)], u.span(gr[0]/2, (gr[1]-gr[0])/2, buf)
+}
+
 func decodeNVFP4(w []float32, u unitReader, st *stripe) {
 	var buf [64]byte
 	for q, gr := range st.groups {
-		var sc float32
-		var b []byte
-		if st.codeOff != nil {
-			sc = e4m3LUT[u.data[u.off+st.scaleOff[q]]]
-			o := u.off + st.codeOff[q]
-			b = u.data[o : o+(gr[1]-gr[0])/2]
-		} else {
-			sc = e4m3LUT[u.byteAt(st.pay+q)]
-			b = u.span(gr[0]/2, (gr[1]-gr[0])/2, buf[:])
-		}
+		sc, b := nvfp4Group(u, st, q, gr, buf[:])
 		d := w[gr[0]:gr[1]]
 		d = d[:2*len(b)]
 		for i, c := range b {
@@ -562,16 +564,7 @@ func dotNVFP4(u unitReader, st *stripe, x []float32) float32 {
 	var buf [64]byte
 	var acc float32
 	for q, gr := range st.groups {
-		var sc float32
-		var b []byte
-		if st.codeOff != nil {
-			sc = e4m3LUT[u.data[u.off+st.scaleOff[q]]]
-			o := u.off + st.codeOff[q]
-			b = u.data[o : o+(gr[1]-gr[0])/2]
-		} else {
-			sc = e4m3LUT[u.byteAt(st.pay+q)]
-			b = u.span(gr[0]/2, (gr[1]-gr[0])/2, buf[:])
-		}
+		sc, b := nvfp4Group(u, st, q, gr, buf[:])
 		xx := x[gr[0]:gr[1]]
 		xx = xx[:2*len(b)]
 		var s0, s1, s2, s3 float32
