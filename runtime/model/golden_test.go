@@ -7,21 +7,20 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"lithos/runtime/model/goldentest"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-
-	"lithos/formats/safetensors"
 )
 
 // Goldens from HF transformers (tools/qwen35_goldens.py, run on the GPU machine): small
 // random Qwen3.5 hybrid models quantized in the ModelOpt mixed layout, and transformers'
 // FP32 outputs on the exactly dequantized weights.
 
-const goldenCommand = "python3 tools/qwen35_goldens.py --out testdata/goldens"
+const goldenCommand = goldentest.Command
 
 // goldenTolerance is the bar: max|x − y| / max|y| over a prompt's stored logits.
 const goldenTolerance = 1e-4
@@ -62,33 +61,7 @@ func readGolden(t testing.TB, dir string) *goldenSet {
 	if err := json.Unmarshal(js, &g.meta); err != nil {
 		t.Fatalf("%s/goldens.json: %v", dir, err)
 	}
-	f, err := safetensors.Open(filepath.Join(dir, "goldens.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, tt := range f.Header.Tensors {
-		raw, err := f.ReadTensor(tt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch tt.DType {
-		case safetensors.F32:
-			v := make([]float32, len(raw)/4)
-			for i := range v {
-				v[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-			}
-			g.f32[tt.Name] = v
-		case safetensors.I32:
-			v := make([]int32, len(raw)/4)
-			for i := range v {
-				v[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
-			}
-			g.i32[tt.Name] = v
-		default:
-			t.Fatalf("%s: tensor %s has dtype %s", dir, tt.Name, tt.DType)
-		}
-	}
+	g.f32, g.i32 = goldentest.ReadTensors(t, filepath.Join(dir, "goldens.safetensors"))
 	return g
 }
 

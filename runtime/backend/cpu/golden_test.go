@@ -2,8 +2,8 @@ package cpu
 
 import (
 	"context"
-	"encoding/binary"
 	"io"
+	"lithos/runtime/model/goldentest"
 	"log/slog"
 	"math"
 	"os"
@@ -12,7 +12,6 @@ import (
 	"sync"
 	"testing"
 
-	"lithos/formats/safetensors"
 	"lithos/pack"
 	"lithos/runtime/bundle"
 	"lithos/runtime/model"
@@ -97,32 +96,8 @@ type goldens struct {
 func readGoldens(t testing.TB, name string) *goldens {
 	t.Helper()
 	path := filepath.Join(goldenDir(name), "goldens.safetensors")
-	f, err := safetensors.Open(path)
-	if err != nil {
-		t.Fatalf("%v (the goldens come from `python3 tools/qwen35_goldens.py --out testdata/goldens` on the GPU machine)", err)
-	}
-	defer f.Close()
-	g := &goldens{f32: map[string][]float32{}, i32: map[string][]int32{}}
-	for _, tt := range f.Header.Tensors {
-		raw, err := f.ReadTensor(tt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch tt.DType {
-		case safetensors.F32:
-			v := make([]float32, len(raw)/4)
-			for i := range v {
-				v[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-			}
-			g.f32[tt.Name] = v
-		case safetensors.I32:
-			v := make([]int32, len(raw)/4)
-			for i := range v {
-				v[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
-			}
-			g.i32[tt.Name] = v
-		}
-	}
+	g := &goldens{}
+	g.f32, g.i32 = goldentest.ReadTensors(t, path)
 	return g
 }
 
