@@ -11,6 +11,8 @@ require (
 	golang.org/x/term v0.44.0
 )
 
+require github.com/ebitengine/purego v0.11.3
+
 require (
 	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

@@ -1,0 +1,449 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"lithos/formats"
+	"lithos/formats/bf16"
+	"lithos/runtime/backend"
+	"lithos/runtime/model"
+)
+
+// The priority-4 ops (GDN, conv, attention, gather, gates, L2 norm, the step control and the
+// DSpark Markov chain) in the fiber runtime against the CPU backend's functions.
+
+func TestFiberGDNTwoSlots(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	s := model.GDNShape{KHeads: 2, VHeads: 4, KDim: 16, VDim: 40}
+	const rows = 3
+	q := randVec(r, rows*s.KHeads*s.KDim, 0.3)
+	k := randVec(r, rows*s.KHeads*s.KDim, 0.3)
+	v := randVec(r, rows*s.VHeads*s.VDim, 1)
+	beta := randVec(r, rows*s.VHeads, 0.5)
+	g := randVec(r, rows*s.VHeads, 1)
+	for i := range beta {
+		beta[i] = 0.5 + beta[i]
+		g[i] = -float32(math.Abs(float64(g[i])))
+	}
+	st0 := randVec(r, s.StateLen(), 1)
+	// Reference: the full pass over 3 rows, then the commit replay of 2 rows from the same state.
+	want := make([]float32, rows*s.VHeads*s.VDim)
+	wantState := make([]float32, s.StateLen())
+	if err := model.GDNRecurrent(s, want, q, k, v, beta, g, rows, st0, wantState); err != nil {
+		t.Fatal(err)
+	}
+	want2 := make([]float32, 2*s.VHeads*s.VDim)
+	wantState2 := make([]float32, s.StateLen())
+	if err := model.GDNRecurrent(s, want2, q, k, v, beta, g, 2, st0, wantState2); err != nil {
+		t.Fatal(err)
+	}
+	ctl := make([]uint32, 64)
+	ctl[0] = 7 // Step: odd → read slot 1
+	ctl[5] = 2 // a Committed word
+	state := make([]float32, 2*s.StateLen())
+	for i := range state[:s.StateLen()] {
+		state[i] = float32(math.NaN()) // slot 0 is written first; poison it
+	}
+	copy(state[s.StateLen():], st0)
+	p := GDNParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, KHeads: 2, VHeads: 4, KDim: 16, VDim: 40,
+		Slot: 0, SlotWord: 0, WriteOut: 1, LdQK: 32, LdV: 160, LdGate: 4, LdOut: 160}
+	var j job
+	c := j.buf(u32Bytes(ctl))
+	sb, out := j.f32(state), j.poison(len(want))
+	args := func(rec int) []int {
+		return []int{c, rec, j.f32(q), j.f32(k), j.f32(v), j.f32(beta), j.f32(g), sb, out}
+	}
+	j.launch(t, "lithos_gdn", p.Grid(), args(j.buf(Record(p)))...)
+	res := j.mustRun(t)
+	// Products of O(1) values over d_k = 16 terms; exp float32 vs float64-rounded.
+	closeTo(t, "gdn out", bytesF32(res[out]), want, 1e-5, 1e-6)
+	got := bytesF32(res[sb])
+	closeTo(t, "gdn state slot 0 (written)", got[:s.StateLen()], wantState, 1e-5, 1e-6)
+	closeTo(t, "gdn state slot 1 (read, untouched)", got[s.StateLen():], st0, 0, 0)
+
+	// The commit replay: Step advanced to 8 (read slot (8&1)^1 = 1 again), rows from ctl[5].
+	ctl[0] = 8
+	p2 := p
+	p2.RowsWord, p2.SlotXor, p2.WriteOut = 5, 1, 0
+	var j2 job
+	c = j2.buf(u32Bytes(ctl))
+	sb, out = j2.f32(got), j2.poison(len(want))
+	j2.launch(t, "lithos_gdn", p2.Grid(), c, j2.buf(Record(p2)), j2.f32(q), j2.f32(k), j2.f32(v), j2.f32(beta), j2.f32(g), sb, out)
+	res = j2.mustRun(t)
+	closeTo(t, "gdn commit replay of 2 rows", bytesF32(res[sb])[:s.StateLen()], wantState2, 1e-5, 1e-6)
+	for i, x := range bytesF32(res[out]) {
+		if !math.IsNaN(float64(x)) {
+			t.Fatalf("commit pass wrote output %d", i)
+		}
+	}
+}
+
+func TestFiberConv(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	const rows, C, K = 3, 300, 4
+	x := randVec(r, rows*C, 2)
+	w := randVec(r, C*K, 1)
+	st := randVec(r, (K-1)*C, 2)
+	want := make([]float32, rows*C)
+	wantSt := make([]float32, (K-1)*C)
+	if err := model.CausalConv1D(want, x, rows, st, wantSt, w, K); err != nil {
+		t.Fatal(err)
+	}
+	state := append(append([]float32(nil), st...), make([]float32, (K-1)*C)...) // slot 0 read, slot 1 written
+	p := ConvParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Channels: C, KernelSize: K, Slot: 0, SlotWord: NoWord,
+		WriteOut: 1, LdX: C, LdY: C}
+	var j job
+	sb, y := j.f32(state), j.poison(rows*C)
+	j.launch(t, "lithos_conv", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(x), j.f32(w), sb, y)
+	res := j.mustRun(t)
+	closeTo(t, "conv out", bytesF32(res[y]), want, 1e-6, 1e-6)
+	closeTo(t, "conv new state", bytesF32(res[sb])[(K-1)*C:], wantSt, 0, 0)
+}
+
+func TestFiberAttention(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	s := model.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 48}
+	const rows, p0, part, capacity = 3, 70, 32, 80
+	kvRow := s.KVHeads * s.HeadDim
+	kc := randVec(r, capacity*kvRow, 1)
+	vc := randVec(r, capacity*kvRow, 1)
+	newK := randVec(r, rows*kvRow, 1)
+	newV := randVec(r, rows*kvRow, 1)
+	q := randVec(r, rows*s.Heads*s.HeadDim, 1)
+	scale := float32(1 / math.Sqrt(float64(s.HeadDim)))
+	// Reference: the rows' keys written at p0…, then attention.
+	rk, rv := append([]float32(nil), kc...), append([]float32(nil), vc...)
+	copy(rk[p0*kvRow:], newK)
+	copy(rv[p0*kvRow:], newV)
+	want := make([]float32, rows*s.Heads*s.HeadDim)
+	if err := model.Attend(s, want, q, rows, p0, rk, rv, scale, model.DefaultKeyPartition); err != nil {
+		t.Fatal(err)
+	}
+	ctl := make([]uint32, 64)
+	ctl[1] = p0
+	parts := uint32((p0 + rows + part - 1) / part)
+	kp := KVAppendParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, PosWord: 1, Width: uint32(kvRow), LdK: uint32(kvRow), LdV: uint32(kvRow), LdC: uint32(kvRow)}
+	ap := AttnParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, PosWord: 1, Heads: 4, KVHeads: 2, HeadDim: 48,
+		LdQ: 192, LdO: 192, LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale}
+	var j job
+	c := j.buf(u32Bytes(ctl))
+	kb, vb := j.f32(kc), j.f32(vc)
+	n := rows * s.Heads * int(parts)
+	pm, pl, po, out := j.poison(n), j.poison(n), j.poison(n*s.HeadDim), j.poison(len(want))
+	j.launch(t, "lithos_kv_append", kp.Grid(), c, j.buf(Record(kp)), j.f32(newK), j.f32(newV), kb, vb)
+	rec := j.buf(Record(ap))
+	j.launch(t, "lithos_attn_partial", ap.GridPartial(), c, rec, j.f32(q), kb, vb, pm, pl, po)
+	j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out)
+	res := j.mustRun(t)
+	closeTo(t, "kv cache", bytesF32(res[kb]), rk, 0, 0)
+	// Different partitions (32 vs 64 keys) and dot-product orders: float32 rounding of softmax
+	// weights in [0, 1] times |v| ≤ 1.
+	closeTo(t, "attention", bytesF32(res[out]), want, 1e-5, 2e-6)
+}
+
+func TestFiberGatherGatesL2(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	t.Run("gather_bf16", func(t *testing.T) {
+		const vocab, width = 50, 70
+		tab := make([]byte, 2*vocab*width)
+		for i := 0; i < len(tab); i += 2 {
+			binary.LittleEndian.PutUint16(tab[i:], bf16.FromFloat32(float32(r.NormFloat64())))
+		}
+		ctl := make([]uint32, 64)
+		ids := []int32{3, 49, -1, 50}
+		for i, id := range ids {
+			ctl[3+i] = uint32(id) // Pending words
+		}
+		p := GatherParams{DoneWord: NoWord, Rows: 4, RowsWord: NoWord, Width: width, Vocab: vocab, IdsOff: 3, DType: 1, LdY: width}
+		var j job
+		c := j.buf(u32Bytes(ctl))
+		y := j.poison(4 * width)
+		j.launch(t, "lithos_gather", p.Grid(), c, j.buf(Record(p)), c, j.buf(tab), y)
+		got := bytesF32(j.mustRun(t)[y])
+		want := make([]float32, 4*width)
+		for row, id := range ids {
+			if id >= 0 && id < vocab {
+				if err := bf16.Decode(want[row*width:(row+1)*width], tab[2*int(id)*width:2*(int(id)+1)*width]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		closeTo(t, "gather", got, want, 0, 0)
+	})
+	t.Run("gdn_gates", func(t *testing.T) {
+		const rows, heads = 3, 48
+		a, b := randVec(r, rows*heads, 25), randVec(r, rows*heads, 6)
+		negA, dt := model.NegExp(randVec(r, heads, 1)), randVec(r, heads, 1)
+		wb, wg := make([]float32, rows*heads), make([]float32, rows*heads)
+		model.GDNGates(wb, wg, a, b, negA, dt, rows)
+		p := GDNGatesParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Heads: heads, LdA: heads, LdB: heads, LdOut: heads}
+		var j job
+		gb, gg := j.poison(rows*heads), j.poison(rows*heads)
+		j.launch(t, "lithos_gdn_gates", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(a), j.f32(b), j.f32(negA), j.f32(dt), gb, gg)
+		res := j.mustRun(t)
+		closeTo(t, "beta", bytesF32(res[gb]), wb, 1e-6, 1e-30)
+		// softplus: log(1 + eˣ) in float32 (CPU log1p in float64) loses relative accuracy for
+		// very negative x, where the value is tiny: an absolute floor.
+		closeTo(t, "g", bytesF32(res[gg]), wg, 2e-6, 1e-7)
+	})
+	t.Run("l2norm", func(t *testing.T) {
+		const rows, groups, d = 2, 3, 128
+		x := randVec(r, rows*groups*d, 2)
+		want := append([]float32(nil), x...)
+		post := float32(1 / math.Sqrt(d))
+		model.L2Normalize(want, d, 1e-6, post)
+		p := L2NormParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Groups: groups, D: d, Ld: groups * d, Eps: 1e-6, Post: post}
+		var j job
+		xb := j.f32(x)
+		j.launch(t, "lithos_l2norm", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), xb)
+		closeTo(t, "l2norm", bytesF32(j.mustRun(t)[xb]), want, 2e-6, 1e-9)
+	})
+}
+
+// stepWords finds the word index of each StepState field by marshalling a state whose fields
+// hold distinct values: the test follows runtime/backend's layout, whatever it is.
+func stepWords(t *testing.T, tmax int) (StepParams, *backend.StepState) {
+	t.Helper()
+	ss := backend.NewStepState(tmax, 0)
+	ss.Step, ss.Position, ss.Rows = 1001, 1002, 1003
+	for i := range ss.Pending {
+		ss.Pending[i] = int32(2000 + i)
+	}
+	ss.Anchor, ss.Accepted, ss.Committed, ss.PrefillLeft = 1004, 1005, 1006, 1007
+	ss.Done, ss.Error, ss.RingHead, ss.RingTail, ss.StopAt = 1008, 1009, 1010, 1011, 1012
+	b, err := ss.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bytesU32(b)
+	find := func(v uint32) uint32 {
+		for i, x := range w {
+			if x == v {
+				return uint32(i)
+			}
+		}
+		t.Fatalf("step state: value %d not found", v)
+		return 0
+	}
+	p := StepParams{DoneWord: NoWord, WStep: find(1001), WPosition: find(1002), WRows: find(1003), WPending: find(2000),
+		WAnchor: find(1004), WAccepted: find(1005), WCommitted: find(1006), WPrefillLeft: find(1007), WDone: find(1008),
+		WError: find(1009), WRingHead: find(1010), WRingTail: find(1011), WStopAt: find(1012)}
+	return p, backend.NewStepState(tmax, 0)
+}
+
+// refAccept is the CPU session's greedy round after the verify pass (runtime/backend/cpu
+// session.go: accept scan, ring pushes stopping after an EOS or at StopAt, commit), in Go.
+func refAccept(ss *backend.StepState, ring *backend.Ring, targets []int32, eos []int32) {
+	if ss.Done != 0 {
+		ss.Committed, ss.Accepted = 0, 0
+		return
+	}
+	L := int(ss.Rows) - 1
+	var toks []int32
+	a := 0
+	for k := 0; k <= L; k++ {
+		toks = append(toks, targets[k])
+		if k == L || targets[k] != ss.Pending[1+k] {
+			break
+		}
+		a++
+	}
+	c := 0
+	for _, tok := range toks {
+		if !ring.Push(ss, tok) {
+			break
+		}
+		c++
+		stop := ss.StopAt != 0 && ss.RingHead >= ss.StopAt
+		for _, e := range eos {
+			stop = stop || e == tok
+		}
+		if stop {
+			ss.Done = 1
+			break
+		}
+	}
+	ss.Accepted, ss.Committed = uint32(a), uint32(c)
+	if c == 0 {
+		return
+	}
+	ss.Position += uint32(c)
+	ss.Step++
+	ss.Anchor = toks[c-1]
+}
+
+func TestFiberStepAccept(t *testing.T) {
+	const tmax, ringCap = 8, 6
+	eos := []int32{99}
+	type tc struct {
+		name    string
+		drafts  []int32 // Pending[1…]
+		targets []int32
+		head    uint32 // RingHead (tail 0)
+		stopAt  uint32
+		done    uint32
+	}
+	cases := []tc{
+		{"all accepted", []int32{5, 6, 7}, []int32{5, 6, 7, 8}, 0, 0, 0},
+		{"first rejected", []int32{5, 6, 7}, []int32{4, 6, 7, 8}, 0, 0, 0},
+		{"two accepted", []int32{5, 6, 7}, []int32{5, 6, 1, 8}, 0, 0, 0},
+		{"eos inside", []int32{5, 99, 7}, []int32{5, 99, 7, 8}, 0, 0, 0},
+		{"stop at", []int32{5, 6, 7}, []int32{5, 6, 7, 8}, 1, 3, 0},
+		{"ring fills", []int32{5, 6, 7}, []int32{5, 6, 7, 8}, 4, 0, 0},
+		{"ring full", []int32{5}, []int32{5, 6}, 6, 0, 0},
+		{"done already", []int32{5}, []int32{5, 6}, 0, 0, 1},
+		{"plain decode", nil, []int32{42}, 2, 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, ss := stepWords(t, tmax)
+			p.Mode, p.RingCap, p.EOSCount = StepAccept, ringCap, uint32(len(eos))
+			ss.Step, ss.Position, ss.Rows, ss.Anchor = 3, 10, uint32(1+len(c.drafts)), 4
+			ss.Pending[0] = 4
+			copy(ss.Pending[1:], c.drafts)
+			ss.RingHead, ss.StopAt, ss.Done, ss.Committed = c.head, c.stopAt, c.done, 9
+			ring := backend.NewRing(ringCap)
+			ctlBytes, _ := ss.MarshalBinary()
+			refAccept(ss, ring, c.targets, eos)
+			want, _ := ss.MarshalBinary()
+
+			var j job
+			cb := j.buf(ctlBytes)
+			rb := j.buf(make([]byte, 8*ringCap))
+			j.launch(t, "lithos_step", p.Grid(), cb, j.buf(Record(p)), j.buf(i32Bytes(c.targets)), j.buf(i32Bytes(eos)), rb)
+			res := j.mustRun(t)
+			if got := bytesU32(res[cb]); !equalU32(got, bytesU32(want)) {
+				t.Fatalf("step state\n got %v\nwant %v", got, bytesU32(want))
+			}
+			// The ring: the reference's tokens (drained from the Go ring) in the kernel's slots as
+			// (sequence << 32) | token.
+			w1 := ring.Drain(&backend.StepState{Pending: make([]int32, tmax), RingTail: c.head}, nil)
+			for i, tok := range w1 {
+				h := c.head + uint32(i)
+				if got := binary.LittleEndian.Uint64(res[rb][8*(h%ringCap):]); got != uint64(h+1)<<32|uint64(uint32(tok)) {
+					t.Fatalf("ring slot %d = %#x, want sequence %d token %d", h%ringCap, got, h+1, tok)
+				}
+			}
+			t.Logf("accepted %d, committed %d, done %d, ring %v", ss.Accepted, ss.Committed, ss.Done, w1)
+		})
+	}
+}
+
+func TestFiberStepBeginAndPrefill(t *testing.T) {
+	p, ss := stepWords(t, 8)
+	p.Mode, p.Capacity, p.Block, p.RingCap = StepBegin, 20, 7, 4
+	ss.Position, ss.Anchor = 15, 33
+	b, _ := ss.MarshalBinary()
+	var j job
+	cb := j.buf(b)
+	j.launch(t, "lithos_step", p.Grid(), cb, j.buf(Record(p)), j.buf(i32Bytes([]int32{0})), j.buf(i32Bytes([]int32{0})), j.buf(make([]byte, 32)))
+	got := bytesU32(j.mustRun(t)[cb])
+	if got[p.WRows] != 5 || got[p.WPending] != 33 {
+		t.Fatalf("begin: rows %d pending[0] %d, want 5 (capacity 20 − position 15) and the anchor 33", got[p.WRows], got[p.WPending])
+	}
+	// Prefill: the last chunk of 3 rows commits and pushes targets[0].
+	p.Mode = StepPrefill
+	ss.Position, ss.Rows, ss.PrefillLeft, ss.Step = 4, 3, 0, 1
+	b, _ = ss.MarshalBinary()
+	var j2 job
+	cb = j2.buf(b)
+	rb := j2.buf(make([]byte, 32))
+	j2.launch(t, "lithos_step", p.Grid(), cb, j2.buf(Record(p)), j2.buf(i32Bytes([]int32{77})), j2.buf(i32Bytes([]int32{0})), rb)
+	res := j2.mustRun(t)
+	got = bytesU32(res[cb])
+	if got[p.WPosition] != 7 || got[p.WStep] != 2 || got[p.WCommitted] != 3 || got[p.WAnchor] != 77 || got[p.WRingHead] != 1 ||
+		binary.LittleEndian.Uint64(res[rb]) != 1<<32|77 {
+		t.Fatalf("prefill: position %d step %d committed %d anchor %d head %d ring %#x", got[p.WPosition], got[p.WStep],
+			got[p.WCommitted], got[p.WAnchor], got[p.WRingHead], binary.LittleEndian.Uint64(res[rb]))
+	}
+}
+
+// TestFiberMarkovChain runs the DSpark Markov head of a block on the device side: for k = 0…B−1,
+// gather W1[prev] (BF16 [V, r]) → W2 (NVFP4 [V, r], BLM) × that row added onto the base logits
+// row k (EpiAdd) → argmax → draft k, written into the step state's Pending[1+k] where the next
+// gather reads it (prev_0 = the anchor in Pending[0]). Compared with the same chain in Go over
+// the CPU backend (cpu.Packed, model.Argmax).
+func TestFiberMarkovChain(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 30))
+	const V, R, B = 96, 64, 3
+	c := newBLMCase(t, r, formats.NVFP4, V, R, 0, false)
+	w1 := make([]byte, 2*V*R)
+	w1f := make([]float32, V*R)
+	for i := range w1f {
+		h := bf16.FromFloat32(float32(r.NormFloat64()))
+		binary.LittleEndian.PutUint16(w1[2*i:], h)
+		w1f[i] = bf16.ToFloat32(h)
+	}
+	base := randVec(r, B*V, 4)
+	const anchor = 17
+	// Go reference.
+	m, _ := c.ref.All()
+	logits := append([]float32(nil), base...)
+	prev := int32(anchor)
+	var want []int32
+	bias := make([]float32, V)
+	for k := 0; k < B; k++ {
+		if err := m.Mul(bias, w1f[int(prev)*R:(int(prev)+1)*R], 1); err != nil {
+			t.Fatal(err)
+		}
+		row := logits[k*V : (k+1)*V]
+		model.Add(row, bias)
+		prev = int32(model.Argmax(row))
+		want = append(want, prev)
+	}
+	// Device chain.
+	_, ss := stepWords(t, 8)
+	ss.Pending[0] = anchor
+	ctlB, _ := ss.MarshalBinary()
+	pw, _ := stepWords(t, 8)
+	var j job
+	cb := j.buf(ctlB)
+	xb := j.poison(R)
+	w1b, w2b, sb := j.buf(w1), j.buf(c.packed), j.f32(c.scales)
+	am := NewArgmaxParams(1, V)
+	pv, pi := j.poison(int(am.Parts)), j.poison(int(am.Parts))
+	kern, _ := BLMKernel(formats.NVFP4, 1)
+	for k := 0; k < B; k++ {
+		gp := GatherParams{DoneWord: NoWord, Rows: 1, RowsWord: NoWord, Width: R, Vocab: V, IdsOff: pw.WPending + uint32(k), DType: 1, LdY: R}
+		j.launch(t, "lithos_gather", gp.Grid(), cb, j.buf(Record(gp)), cb, w1b, xb)
+		bp, _ := NewBLMParams(c.g, 1, EpiAdd)
+		// Base logits row k in its own buffer (a job has no buffer views): W2·x is added onto it.
+		row := j.f32(base[k*V : (k+1)*V])
+		j.launch(t, kern, bp.Grid(), cb, j.buf(Record(bp)), w2b, sb, xb, row)
+		ap := am
+		ap.OutOff = pw.WPending + 1 + uint32(k)
+		rec := j.buf(Record(ap))
+		j.launch(t, "lithos_argmax_partial", ap.GridPartial(), cb, rec, row, pv, pi)
+		j.launch(t, "lithos_argmax_final", ap.GridFinal(), cb, rec, pv, pi, cb)
+	}
+	got := bytesU32(j.mustRun(t)[cb])
+	for k := 0; k < B; k++ {
+		if int32(got[pw.WPending+1+uint32(k)]) != want[k] {
+			t.Fatalf("draft %d = %d, want %d (all: %v)", k, int32(got[pw.WPending+1+uint32(k)]), want[k], want)
+		}
+	}
+	t.Logf("drafts %v after anchor %d", want, anchor)
+}
+
+func i32Bytes(v []int32) []byte {
+	b := make([]byte, 4*max(len(v), 1))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return b
+}
+
+func equalU32(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,348 @@
+// Package kernels owns lithos's GPU kernel sources (ARCHITECTURE.md §2, §3.4): one template per
+// op in ops/*.kern, written once in a small C dialect, and a per-target prelude
+// (prelude/cuda.h, prelude/metal.h) that maps the dialect's qualifiers, thread ids, barriers and
+// warp/simdgroup reductions onto CUDA C++ (compiled by NVRTC) or the Metal Shading Language.
+// Source(CUDA) and Source(Metal) generate one translation unit each from the same templates; the
+// kernel signatures are generated from Go descriptions (Kernels), so the argument order, the
+// parameter records (Go structs, Record) and the launch geometry (Grid) a host runtime uses are
+// the ones the source was generated from. docs/metal.md and .notes/kernels.md describe the
+// dialect and the calling convention; kernels/README.md the layout of this folder.
+//
+// Calling convention, every kernel (both targets):
+//
+//	argument 0: ctl     u32[]   the session's step state words (runtime/backend.StepState's
+//	                            binary layout); read for the done flag and the dynamic values
+//	                            a parameter names by word index, written by accept/commit
+//	argument 1: params  record  the op's parameter record (Record: little-endian 4-byte words)
+//	arguments 2…: the op's buffers, in Kernel.Buffers order
+//
+// Threadgroups (CUDA blocks) are one-dimensional with Kernel.Threads threads, a multiple of 32;
+// the grid of threadgroups is three-dimensional (Grid). No kernel synchronizes threadgroups with
+// each other, so every kernel is correct under any threadgroup schedule (Metal gives no
+// forward-progress guarantee between threadgroups, issue 11).
+//
+// Imports: lithos/formats (format names), lithos/pack/blm (NewBLMParams from a geometry).
+package kernels
+
+import (
+	"embed"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strings"
+	"unicode"
+
+	"lithos/formats"
+)
+
+//go:embed prelude/*.h ops/*.kern
+var sources embed.FS
+
+// Target is a kernel language.
+type Target int
+
+// Targets.
+const (
+	CUDA  Target = iota // CUDA C++ for NVRTC (extern "C" __global__ entry points)
+	Metal               // Metal Shading Language 3.0+ (kernel functions, [[buffer(i)]] arguments)
+)
+
+func (t Target) String() string {
+	switch t {
+	case CUDA:
+		return "cuda"
+	case Metal:
+		return "metal"
+	}
+	return fmt.Sprintf("Target(%d)", int(t))
+}
+
+// NoWord in a parameter's *_word field means "not dynamic": the kernel uses the fixed value of
+// the paired field instead of a step-state word.
+const NoWord = 0xFFFFFFFF
+
+// Buffer is one buffer argument of a kernel.
+type Buffer struct {
+	Name  string // as the template names it
+	Elem  string // element type in the dialect: f32, u32, i32, u8, u64
+	Write bool   // the kernel writes it (otherwise const)
+}
+
+// Kernel is one entry point of the generated source.
+type Kernel struct {
+	Name    string            // entry point name, "lithos_" + op (+ "_" + variant)
+	Op      string            // template file ops/<Op>.kern
+	Threads int               // threads per threadgroup (CUDA block), a multiple of 32
+	Params  any               // a zero value of the op's parameter record type
+	Buffers []Buffer          // arguments 2… in order
+	Defines map[string]string // compile-time constants of this variant (#define before the body)
+	CtlRW   bool              // the kernel writes ctl
+}
+
+// ParamsType returns the C struct name of the kernel's parameter record.
+func (k Kernel) ParamsType() string { return "lithos_" + k.Op + "_params" }
+
+// Record encodes a parameter record (one of the *Params types of this package) as the kernel
+// reads it: its fields in declaration order as little-endian 4-byte words, zero-padded to a
+// multiple of 16 bytes.
+func Record(p any) []byte {
+	v := reflect.ValueOf(p)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	n := v.NumField()
+	b := make([]byte, (4*n+15)/16*16)
+	for i := 0; i < n; i++ {
+		f := v.Field(i)
+		var w uint32
+		switch f.Kind() {
+		case reflect.Uint32:
+			w = uint32(f.Uint())
+		case reflect.Int32:
+			w = uint32(int32(f.Int()))
+		case reflect.Float32:
+			w = math.Float32bits(float32(f.Float()))
+		default:
+			panic(fmt.Sprintf("kernels: %s.%s is %s; records hold only uint32, int32 and float32", v.Type().Name(), v.Type().Field(i).Name, f.Kind()))
+		}
+		binary.LittleEndian.PutUint32(b[4*i:], w)
+	}
+	return b
+}
+
+// snake converts a Go field name to the template's name: DoneWord → done_word, LdX → ld_x.
+func snake(s string) string {
+	var b strings.Builder
+	rs := []rune(s)
+	for i, r := range rs {
+		if unicode.IsUpper(r) {
+			if i > 0 && (unicode.IsLower(rs[i-1]) || unicode.IsDigit(rs[i-1]) || (i+1 < len(rs) && unicode.IsLower(rs[i+1]))) {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// paramStruct returns the C declaration of a record type.
+func paramStruct(name string, p any) string {
+	t := reflect.TypeOf(p)
+	var b strings.Builder
+	fmt.Fprintf(&b, "struct %s {\n", name)
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		ct := map[reflect.Kind]string{reflect.Uint32: "u32", reflect.Int32: "i32", reflect.Float32: "f32"}[f.Type.Kind()]
+		if ct == "" {
+			panic(fmt.Sprintf("kernels: %s.%s: unsupported field type %s", t.Name(), f.Name, f.Type))
+		}
+		fmt.Fprintf(&b, "    %s %s;\n", ct, snake(f.Name))
+	}
+	b.WriteString("};\n")
+	return b.String()
+}
+
+// Kernels returns every kernel of the generated sources, in source order.
+func Kernels() []Kernel { return registry }
+
+// Lookup returns the kernel with entry point name.
+func Lookup(name string) (Kernel, bool) {
+	for _, k := range registry {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return Kernel{}, false
+}
+
+// Source returns the whole translation unit of target t: the target's prelude, the shared
+// helpers (ops/common.kern), every op's helpers, then one entry point per Kernels() entry. It is
+// deterministic (the CUDA host caches compiled modules by its hash).
+func Source(t Target) string {
+	var b strings.Builder
+	pre := "prelude/cuda.h"
+	if t == Metal {
+		pre = "prelude/metal.h"
+	}
+	b.WriteString("// Generated by lithos/kernels (Source(" + t.String() + ")): do not edit; edit kernels/ops/*.kern.\n")
+	b.WriteString(mustRead(pre))
+	b.WriteString(mustRead("ops/common.kern"))
+	// Parameter records, once per op.
+	seen := map[string]bool{}
+	var ops []string
+	for _, k := range registry {
+		if !seen[k.Op] {
+			seen[k.Op] = true
+			ops = append(ops, k.Op)
+			b.WriteString(paramStruct(k.ParamsType(), k.Params))
+		}
+	}
+	// Op helpers: the part of each template before its body marker.
+	for _, op := range ops {
+		h, _ := splitTemplate(op)
+		b.WriteString(h)
+	}
+	for _, k := range registry {
+		b.WriteString(entry(t, k))
+	}
+	return b.String()
+}
+
+// bodyMarker separates an op template's helpers (emitted once) from its kernel body (emitted
+// once per variant).
+const bodyMarker = "//@@ body"
+
+func splitTemplate(op string) (helpers, body string) {
+	s := mustRead("ops/" + op + ".kern")
+	i := strings.Index(s, bodyMarker)
+	if i < 0 {
+		panic("kernels: ops/" + op + ".kern has no " + bodyMarker + " line")
+	}
+	return s[:i], s[i+len(bodyMarker):]
+}
+
+func mustRead(name string) string {
+	b, err := sources.ReadFile(name)
+	if err != nil {
+		panic("kernels: embedded " + name + ": " + err.Error())
+	}
+	return string(b)
+}
+
+// entry generates one kernel entry point: the signature for target t, the variant's defines,
+// the thread-id variables, the done check, the template body.
+func entry(t Target, k Kernel) string {
+	_, body := splitTemplate(k.Op)
+	var b strings.Builder
+	b.WriteString("\n// ---- " + k.Name + " (ops/" + k.Op + ".kern)\n")
+	var names []string
+	for n := range k.Defines {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	defs := append([]string{"THREADS", "NSG"}, names...)
+	fmt.Fprintf(&b, "#define THREADS %du\n#define NSG %du\n", k.Threads, k.Threads/32)
+	for _, n := range names {
+		fmt.Fprintf(&b, "#define %s %s\n", n, k.Defines[n])
+	}
+	ctlConst := "const "
+	if k.CtlRW {
+		ctlConst = ""
+	}
+	switch t {
+	case CUDA:
+		fmt.Fprintf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(\n", k.Threads, k.Name)
+		fmt.Fprintf(&b, "    %su32* __restrict__ ctl,\n    const %s* __restrict__ prm", ctlConst, k.ParamsType())
+		for _, buf := range k.Buffers {
+			c := "const "
+			if buf.Write {
+				c = ""
+			}
+			fmt.Fprintf(&b, ",\n    %s%s* __restrict__ %s", c, buf.Elem, buf.Name)
+		}
+		b.WriteString(")\n{\n")
+		fmt.Fprintf(&b, "    const %s p = *prm;\n", k.ParamsType())
+		b.WriteString("    LITHOS_THREAD_IDS;\n")
+	case Metal:
+		fmt.Fprintf(&b, "kernel void %s(\n", k.Name)
+		fmt.Fprintf(&b, "    device %su32* ctl [[buffer(0)]],\n    constant %s& p [[buffer(1)]]", ctlConst, k.ParamsType())
+		for i, buf := range k.Buffers {
+			c := "const "
+			if buf.Write {
+				c = ""
+			}
+			fmt.Fprintf(&b, ",\n    device %s%s* %s [[buffer(%d)]]", c, buf.Elem, buf.Name, i+2)
+		}
+		b.WriteString(",\n    uint3 tg [[threadgroup_position_in_grid]],\n    uint3 ngroups [[threadgroups_per_grid]],\n" +
+			"    uint tid [[thread_index_in_threadgroup]],\n    uint lane [[thread_index_in_simdgroup]],\n" +
+			"    uint sg [[simdgroup_index_in_threadgroup]])\n{\n")
+	}
+	b.WriteString("    if (p.done_word != NOWORD && ctl[p.done_word] != 0u) return;\n")
+	b.WriteString(body)
+	b.WriteString("}\n")
+	for _, n := range defs {
+		fmt.Fprintf(&b, "#undef %s\n", n)
+	}
+	return b.String()
+}
+
+// Formats of the BLM matrix kernels (docs/blm.md).
+var blmFormats = []formats.Format{formats.NVFP4, formats.FP8, formats.BF16}
+
+// BLMRowVariants are the activation-row capacities of the BLM matrix kernels: the kernel for
+// r rows computes any 1…r rows (the count may come from a step-state word).
+var BLMRowVariants = []int{1, 2, 4, 8}
+
+// BLMKernel returns the entry point of the BLM matrix × rows kernel for a format (nvfp4,
+// fp8_e4m3, bf16) and at least rows activation rows (1–8): the smallest variant that holds them.
+func BLMKernel(f formats.Format, rows int) (string, error) {
+	fc, ok := blmFormatCode(f)
+	if !ok {
+		return "", fmt.Errorf("kernels: no BLM kernel for format %s (have nvfp4, fp8_e4m3, bf16)", f)
+	}
+	for _, r := range BLMRowVariants {
+		if rows >= 1 && rows <= r {
+			return fmt.Sprintf("lithos_blm_%s_r%d", fc, r), nil
+		}
+	}
+	return "", fmt.Errorf("kernels: BLM kernel for %d rows: want 1 to %d", rows, BLMRowVariants[len(BLMRowVariants)-1])
+}
+
+func blmFormatCode(f formats.Format) (string, bool) {
+	switch f {
+	case formats.NVFP4:
+		return "nvfp4", true
+	case formats.FP8:
+		return "fp8", true
+	case formats.BF16:
+		return "bf16", true
+	}
+	return "", false
+}
+
+var registry = buildRegistry()
+
+func buildRegistry() []Kernel {
+	f32 := func(n string, w bool) Buffer { return Buffer{n, "f32", w} }
+	var ks []Kernel
+	ks = append(ks, Kernel{Name: "lithos_rmsnorm", Op: "rmsnorm", Threads: 256, Params: RMSNormParams{},
+		Buffers: []Buffer{f32("x", false), f32("w", false), f32("z", false), f32("y", true)}})
+	ks = append(ks, Kernel{Name: "lithos_ewise", Op: "ewise", Threads: 256, Params: EwiseParams{},
+		Buffers: []Buffer{f32("a", false), f32("b", false), f32("y", true)}})
+	ks = append(ks, Kernel{Name: "lithos_rope", Op: "rope", Threads: 128, Params: RopeParams{},
+		Buffers: []Buffer{f32("x", true), f32("inv_freq", false)}})
+	for _, f := range blmFormats {
+		fc, _ := blmFormatCode(f)
+		for _, r := range BLMRowVariants {
+			ks = append(ks, Kernel{Name: fmt.Sprintf("lithos_blm_%s_r%d", fc, r), Op: "blm", Threads: BLMThreads,
+				Params: BLMParams{}, Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "ROWS": fmt.Sprint(r)},
+				Buffers: []Buffer{{"w", "u8", false}, f32("scales", false), f32("x", false), f32("y", true)}})
+		}
+	}
+	ks = append(ks, Kernel{Name: "lithos_argmax_partial", Op: "argmax_partial", Threads: 256, Params: ArgmaxParams{},
+		Buffers: []Buffer{f32("x", false), f32("part_v", true), {"part_i", "u32", true}}})
+	ks = append(ks, Kernel{Name: "lithos_argmax_final", Op: "argmax_final", Threads: 32, Params: ArgmaxParams{},
+		Buffers: []Buffer{f32("part_v", false), {"part_i", "u32", false}, {"out", "i32", true}}})
+	ks = append(ks, Kernel{Name: "lithos_gdn", Op: "gdn", Threads: 128, Params: GDNParams{},
+		Buffers: []Buffer{f32("q", false), f32("k", false), f32("v", false), f32("beta", false), f32("g", false), f32("state", true), f32("out", true)}})
+	ks = append(ks, Kernel{Name: "lithos_conv", Op: "conv", Threads: 256, Params: ConvParams{},
+		Buffers: []Buffer{f32("x", false), f32("w", false), f32("state", true), f32("y", true)}})
+	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{},
+		Buffers: []Buffer{f32("q", false), f32("kc", false), f32("vc", false), f32("pm", true), f32("pl", true), f32("po", true)}})
+	ks = append(ks, Kernel{Name: "lithos_attn_merge", Op: "attn_merge", Threads: 128, Params: AttnParams{},
+		Buffers: []Buffer{f32("pm", false), f32("pl", false), f32("po", false), f32("out", true)}})
+	ks = append(ks, Kernel{Name: "lithos_kv_append", Op: "kv_append", Threads: 256, Params: KVAppendParams{},
+		Buffers: []Buffer{f32("k", false), f32("v", false), f32("kc", true), f32("vc", true)}})
+	ks = append(ks, Kernel{Name: "lithos_gather", Op: "gather", Threads: 256, Params: GatherParams{},
+		Buffers: []Buffer{{"ids", "i32", false}, {"table", "u8", false}, f32("y", true)}})
+	ks = append(ks, Kernel{Name: "lithos_gdn_gates", Op: "gdn_gates", Threads: 64, Params: GDNGatesParams{},
+		Buffers: []Buffer{f32("a", false), f32("b", false), f32("neg_a", false), f32("dt_bias", false), f32("beta", true), f32("g", true)}})
+	ks = append(ks, Kernel{Name: "lithos_l2norm", Op: "l2norm", Threads: 128, Params: L2NormParams{},
+		Buffers: []Buffer{f32("x", true)}})
+	ks = append(ks, Kernel{Name: "lithos_step", Op: "step", Threads: 32, Params: StepParams{}, CtlRW: true,
+		Buffers: []Buffer{{"targets", "i32", false}, {"eos", "i32", false}, {"ring", "u64", true}}})
+	return ks
+}

@@ -1,0 +1,333 @@
+package kernels
+
+import (
+	"fmt"
+
+	"lithos/pack/blm"
+)
+
+// Parameter records, one per op. Every record starts with DoneWord: the step-state word of the
+// done flag (the kernel returns at once when it is non-zero), or NoWord. A pair X / XWord is a
+// dynamic value: the kernel reads ctl[XWord] when XWord ≠ NoWord, else uses X; for row counts
+// the dynamic value is capped at the fixed one (the grid is sized for the fixed one). Shapes are
+// row-major; an "ld" field is the distance in elements between consecutive rows. Each record's
+// Grid returns the threadgroups (CUDA blocks) in x, y, z; threads per threadgroup are the
+// kernel's Threads.
+
+// RMSNorm modes (RMSNormParams.Mode).
+const (
+	RMSPlain   = 0 // y = (x·r)·w                      (DSpark norms, plain weights)
+	RMSOnePlus = 1 // y = (x·r)·(1 + w)                (Qwen3.5 zero-centred norms, w the raw weight)
+	RMSGated   = 2 // y = (w·(x·r))·silu(z)            (the GDN gated norm, runtime/model.GatedRMSNorm)
+)
+
+// RMSNormParams: for token row r < rows and group g < Groups, the N values at x[r·LdX + g·N …]
+// are normalised with r = 1/√(mean(x²) + Eps) into y[r·LdY + g·N …] (z likewise at LdZ for
+// RMSGated). w holds N floats (shared by the groups). y may be x. Kernel lithos_rmsnorm,
+// buffers x, w, z (any buffer when unused), y.
+type RMSNormParams struct {
+	DoneWord      uint32
+	Rows          uint32
+	RowsWord      uint32
+	Groups        uint32
+	N             uint32
+	LdX, LdZ, LdY uint32
+	Mode          uint32
+	Eps           float32
+}
+
+// Grid is one threadgroup per (group, row).
+func (p RMSNormParams) Grid() [3]uint32 { return [3]uint32{p.Groups, p.Rows, 1} }
+
+// Elementwise modes (EwiseParams.Mode).
+const (
+	EwSwiGLU  = 0 // y = silu(a)·b        (runtime/model.SwiGLU: a = gate, b = up)
+	EwSigGate = 1 // y = a·σ(b)           (runtime/model.SigmoidGate: a = o, b = gate)
+	EwAdd     = 2 // y = a + b            (residual add)
+)
+
+// EwiseParams: y[r·LdY + i] = f(a[r·LdA + i], b[r·LdB + i]) for r < rows, i < N. y may alias a
+// or b. Kernel lithos_ewise, buffers a, b, y.
+type EwiseParams struct {
+	DoneWord      uint32
+	Rows          uint32
+	RowsWord      uint32
+	N             uint32
+	LdA, LdB, LdY uint32
+	Mode          uint32
+}
+
+// Grid is ⌈N/256⌉ × rows.
+func (p EwiseParams) Grid() [3]uint32 { return [3]uint32{(p.N + 255) / 256, p.Rows, 1} }
+
+// RopeParams: partial NeoX RoPE in place (runtime/model.Rope): row r < rows is at position
+// Pos + r (PosWord: the step state's Position); each of Heads heads of HeadDim values at
+// x[r·Ld + h·HeadDim …] rotates its pairs (i, i + RotDim/2), i < RotDim/2, by the angle
+// float32(pos)·inv_freq[i]. Kernel lithos_rope, buffers x, inv_freq (RotDim/2 floats).
+type RopeParams struct {
+	DoneWord uint32
+	Rows     uint32
+	RowsWord uint32
+	Pos      uint32
+	PosWord  uint32
+	Heads    uint32
+	HeadDim  uint32
+	RotDim   uint32
+	Ld       uint32
+}
+
+// Grid is one threadgroup per row.
+func (p RopeParams) Grid() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
+
+// BLM epilogues (BLMParams.Epilogue).
+const (
+	EpiStore  = 0 // y[t, n] = s_n·Σ
+	EpiAdd    = 1 // y[t, n] += s_n·Σ (residual add, or the DSpark Markov bias onto base logits)
+	EpiSwiGLU = 2 // interleaved gate/up (blm.GateUp): y[t, 8b + i] = silu(gate)·up, N/2 outputs
+)
+
+// BLMThreads is the threadgroup size of the BLM kernels: 4 simdgroups, which share one block of
+// 16 rows (simdgroup s takes the block's steps s, s+4, …).
+const BLMThreads = 128
+
+// BLMParams: the BLM matrix × rows product (docs/blm.md §6; runtime/backend/cpu.Packed):
+// y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, over the packed bytes w of
+// docs/blm.md §2/§5 (geometry fields as blm.Geometry: Lanes, UnitWords = U/16, Stripe = W,
+// Payload = P, Group = G or 0). scales is the row-scale table (one float per packed row).
+// Kernel BLMKernel(format, rows), buffers w (u8), scales, x, y. One threadgroup per block of 16
+// rows; each simdgroup lane loads 16-byte words, so one load instruction reads 512 contiguous
+// bytes; FP32 accumulation; the L lanes of a row are summed by an xor butterfly over offsets
+// L/2 … 1.
+type BLMParams struct {
+	DoneWord  uint32
+	Rows      uint32
+	RowsWord  uint32
+	N         uint32
+	K         uint32
+	Lanes     uint32
+	UnitWords uint32
+	Stripe    uint32
+	Payload   uint32
+	Group     uint32
+	Blocks    uint32
+	LdX, LdY  uint32
+	Epilogue  uint32
+}
+
+// Grid is one threadgroup per block.
+func (p BLMParams) Grid() [3]uint32 { return [3]uint32{p.Blocks, 1, 1} }
+
+// NewBLMParams returns the record of matrix g for rows activation rows (fixed; set RowsWord for
+// a dynamic count), contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word.
+// The matrix must be < 4 GiB (offsets are 32-bit) in a format with a kernel (nvfp4, fp8_e4m3,
+// bf16).
+func NewBLMParams(g blm.Geometry, rows int, epilogue uint32) (BLMParams, error) {
+	if err := g.Check(); err != nil {
+		return BLMParams{}, err
+	}
+	if _, ok := blmFormatCode(g.Format); !ok {
+		return BLMParams{}, fmt.Errorf("kernels: no BLM kernel for format %s", g.Format)
+	}
+	if g.TotalBytes >= 1<<32 {
+		return BLMParams{}, fmt.Errorf("kernels: BLM matrix [%d, %d] of %d bytes: the kernels address < 4 GiB", g.N, g.K, g.TotalBytes)
+	}
+	if rows < 1 || rows > 8 {
+		return BLMParams{}, fmt.Errorf("kernels: BLM product of %d rows: want 1 to 8", rows)
+	}
+	p := BLMParams{DoneWord: NoWord, Rows: uint32(rows), RowsWord: NoWord, N: uint32(g.N), K: uint32(g.K),
+		Lanes: uint32(g.Lanes), UnitWords: uint32(g.UnitBytes / blm.WordBytes), Stripe: uint32(g.Stripe),
+		Payload: uint32(g.PayloadBytes), Group: uint32(g.GroupSize), Blocks: uint32(g.Blocks),
+		LdX: uint32(g.K), LdY: uint32(g.N), Epilogue: epilogue}
+	if epilogue == EpiSwiGLU {
+		if g.N%16 != 0 {
+			return BLMParams{}, fmt.Errorf("kernels: SwiGLU epilogue over %d rows: want whole blocks of 8 gate + 8 up rows", g.N)
+		}
+		p.LdY = uint32(g.N / 2)
+	}
+	return p, nil
+}
+
+// ArgmaxParams: for row r < rows of x ([rows, Ld], N values each), out[OutOff + r] = the index
+// of the largest value, the lowest index on ties, NaN skipped, 0 when no value is > −Inf
+// (runtime/model.Argmax). Two kernels: lithos_argmax_partial (buffers x, part_v, part_i) writes
+// the best of each Chunk values to part_v/part_i[r·Parts + c]; lithos_argmax_final (buffers
+// part_v, part_i, out) merges a row's Parts partials in order. Parts = ⌈N/Chunk⌉.
+type ArgmaxParams struct {
+	DoneWord uint32
+	Rows     uint32
+	RowsWord uint32
+	N        uint32
+	Ld       uint32
+	Chunk    uint32
+	Parts    uint32
+	OutOff   uint32
+}
+
+// NewArgmaxParams returns the record for rows rows of n values (contiguous), chunks of 4096.
+func NewArgmaxParams(rows, n int) ArgmaxParams {
+	const chunk = 4096
+	return ArgmaxParams{DoneWord: NoWord, Rows: uint32(rows), RowsWord: NoWord, N: uint32(n), Ld: uint32(n),
+		Chunk: chunk, Parts: uint32((n + chunk - 1) / chunk)}
+}
+
+// GridPartial is Parts × rows threadgroups (lithos_argmax_partial).
+func (p ArgmaxParams) GridPartial() [3]uint32 { return [3]uint32{p.Parts, p.Rows, 1} }
+
+// GridFinal is one threadgroup per row (lithos_argmax_final).
+func (p ArgmaxParams) GridFinal() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
+
+// GDNParams: the gated delta rule, recurrent form (runtime/model.GDNRecurrent), on a two-slot
+// state buffer [2, VHeads, KDim, VDim] float32. The read slot is (dyn(Slot, SlotWord) & 1) ^
+// SlotXor, the write slot the other: a verify or prefill pass reads slot Step&1 (SlotWord = the
+// Step word, SlotXor 0); the commit pass after lithos_step advanced Step replays the committed
+// rows (RowsWord = the Committed word) from the same read slot with SlotXor 1, WriteOut 0. q, k:
+// [rows, LdQK] with KHeads·KDim values (L2-normalised, q scaled by 1/√d_k); v: [rows, LdV];
+// beta, g: [rows, LdGate] (g = log decay); out: [rows, LdOut]. 0 rows: nothing happens (the CPU
+// function copies the state). Kernel lithos_gdn, buffers q, k, v, beta, g, state, out.
+type GDNParams struct {
+	DoneWord                 uint32
+	Rows                     uint32
+	RowsWord                 uint32
+	KHeads, VHeads           uint32
+	KDim, VDim               uint32
+	Slot, SlotWord, SlotXor  uint32
+	WriteOut                 uint32
+	LdQK, LdV, LdGate, LdOut uint32
+}
+
+// Grid is one threadgroup per (value head, 128 state columns).
+func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, (p.VDim + 127) / 128, 1} }
+
+// ConvParams: causal depthwise conv1d + SiLU (runtime/model.CausalConv1D) with the conv state
+// in two slots [2, KernelSize−1, Channels] (slots as GDNParams). x: [rows, LdX] (Channels values),
+// w: [Channels, KernelSize], y: [rows, LdY] (written when WriteOut ≠ 0). Kernel lithos_conv,
+// buffers x, w, state, y.
+type ConvParams struct {
+	DoneWord                uint32
+	Rows                    uint32
+	RowsWord                uint32
+	Channels, KernelSize    uint32
+	Slot, SlotWord, SlotXor uint32
+	WriteOut                uint32
+	LdX, LdY                uint32
+}
+
+// Grid is one thread per channel.
+func (p ConvParams) Grid() [3]uint32 { return [3]uint32{(p.Channels + 255) / 256, 1, 1} }
+
+// AttnParams: causal GQA attention over the KV cache (runtime/model.Attend): row r < rows at
+// position Pos + r (PosWord: the Position word) attends keys 0 … Pos + r of the caches kc, vc
+// ([capacity, LdKV], head kvh at kvh·HeadDim), query head h reading KV head h/(Heads/KVHeads),
+// scores scaled by Scale. The keys are split in partitions of Part (≤ 128) keys; Parts is the
+// partitions the scratch holds (⌈(the largest Pos + rows)/Part⌉). lithos_attn_partial (buffers
+// q [rows, LdQ], kc, vc, pm, pl [rows·Heads·Parts], po [rows·Heads·Parts·HeadDim]) then
+// lithos_attn_merge (buffers pm, pl, po, out [rows, LdO]), the same record.
+type AttnParams struct {
+	DoneWord                uint32
+	Rows                    uint32
+	RowsWord                uint32
+	Pos, PosWord            uint32
+	Heads, KVHeads, HeadDim uint32
+	LdQ, LdO, LdKV          uint32
+	Part, Parts             uint32
+	Scale                   float32
+}
+
+// GridPartial is (Heads, rows, Parts); partitions past a row's last key return at once.
+func (p AttnParams) GridPartial() [3]uint32 { return [3]uint32{p.Heads, p.Rows, p.Parts} }
+
+// GridMerge is (Heads, rows, 1).
+func (p AttnParams) GridMerge() [3]uint32 { return [3]uint32{p.Heads, p.Rows, 1} }
+
+// KVAppendParams: kc[(Pos + r)·LdC + i] = k[r·LdK + i], vc likewise, i < Width. Kernel
+// lithos_kv_append, buffers k, v, kc, vc.
+type KVAppendParams struct {
+	DoneWord      uint32
+	Rows          uint32
+	RowsWord      uint32
+	Pos, PosWord  uint32
+	Width         uint32
+	LdK, LdV, LdC uint32
+}
+
+// Grid is ⌈Width/256⌉ × rows.
+func (p KVAppendParams) Grid() [3]uint32 { return [3]uint32{(p.Width + 255) / 256, p.Rows, 1} }
+
+// GatherParams: y[r·LdY + i] = table[ids[IdsOff + r], i] for i < Width, the table [Vocab,
+// Width] of DType 0 (f32) or 1 (bf16), little-endian; ids outside [0, Vocab) give zeros. ids may
+// be ctl (IdsOff = the first Pending word: the step's tokens). Kernel lithos_gather, buffers
+// ids (i32), table (u8), y.
+type GatherParams struct {
+	DoneWord     uint32
+	Rows         uint32
+	RowsWord     uint32
+	Width, Vocab uint32
+	IdsOff       uint32
+	DType        uint32
+	LdY          uint32
+}
+
+// Grid is ⌈Width/256⌉ × rows.
+func (p GatherParams) Grid() [3]uint32 { return [3]uint32{(p.Width + 255) / 256, p.Rows, 1} }
+
+// GDNGatesParams: beta = σ(b), g = neg_a·softplus(a + dt_bias) for Heads value heads per row
+// (runtime/model.GDNGates). Kernel lithos_gdn_gates, buffers a [rows, LdA], b [rows, LdB],
+// neg_a, dt_bias [Heads], beta, g [rows, LdOut].
+type GDNGatesParams struct {
+	DoneWord        uint32
+	Rows            uint32
+	RowsWord        uint32
+	Heads           uint32
+	LdA, LdB, LdOut uint32
+}
+
+// Grid is one threadgroup per row.
+func (p GDNGatesParams) Grid() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
+
+// L2NormParams: each group of D values at x[r·Ld + g·D …] becomes (x/√(Σx² + Eps))·Post, in
+// place (runtime/model.L2Normalize). Kernel lithos_l2norm, buffer x.
+type L2NormParams struct {
+	DoneWord  uint32
+	Rows      uint32
+	RowsWord  uint32
+	Groups, D uint32
+	Ld        uint32
+	Eps, Post float32
+}
+
+// Grid is one threadgroup per (group, row).
+func (p L2NormParams) Grid() [3]uint32 { return [3]uint32{p.Groups, p.Rows, 1} }
+
+// Step modes (StepParams.Mode).
+const (
+	StepBegin   = 0 // decode round: Rows = min(1 + Block, Capacity − Position), Pending[0] = Anchor; error 2 when full
+	StepAccept  = 1 // greedy accept scan of the verified rows, ring pushes, commit (Position, Step, Anchor)
+	StepPrefill = 2 // a prefill chunk: commit Rows positions; when PrefillLeft = 0 push targets[0]
+)
+
+// StepParams: the control kernel lithos_step (one thread), buffers targets (i32: the target's
+// token per verified row, e.g. lithos_argmax_final's out), eos (i32 [EOSCount]), ring (u64
+// [RingCap]). DoneWord must be NoWord (the kernel reads the done word W* itself: an accept step
+// that finds Done set zeroes Committed, so a commit pass after it replays nothing). The W*
+// fields are the word indices of the StepState fields (runtime/backend.StepState's binary
+// layout). StepAccept, as the CPU session's greedy round (runtime/backend/cpu): with
+// L = Rows − 1 drafts in Pending[1…L], the scan takes targets[k] while it equals draft k (a
+// accepted) plus the token after them, pushes them in order (stopping after an EOS, at StopAt,
+// or on a full ring: error 1), then Accepted = a, Committed = c (tokens pushed) and, when c > 0,
+// Position += c, Step += 1, Anchor = the last token pushed.
+type StepParams struct {
+	DoneWord                uint32
+	Mode                    uint32
+	Capacity, Block         uint32
+	RingCap, EOSCount       uint32
+	WStep, WPosition, WRows uint32
+	WPending, WAnchor       uint32
+	WAccepted, WCommitted   uint32
+	WPrefillLeft            uint32
+	WDone, WError           uint32
+	WRingHead, WRingTail    uint32
+	WStopAt                 uint32
+}
+
+// Grid is one threadgroup.
+func (p StepParams) Grid() [3]uint32 { return [3]uint32{1, 1, 1} }
