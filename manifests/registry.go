@@ -55,6 +55,15 @@ var registry = []Pairing{
 		NumHiddenLayers: 40,
 		Source:          "lithos-metal.md §3.5 (catalog entry for the 35B-A3B MoE target)",
 	},
+	{
+		Target:          "lithos-test/tiny-coder-NVFP4",
+		Draft:           "lithos-test/tiny-coder-DSpark",
+		Architecture:    "Qwen3_5ForConditionalGeneration",
+		HiddenSize:      512,
+		NumHiddenLayers: 8,
+		Source: "testdata/hub/lithos-test: the tiny trained pair of the embedded default (tools/tinypair, " +
+			"issue 8; the head was trained on this target's taps and greedy continuations)",
+	},
 }
 
 // Registry returns every pairing.
