@@ -23,7 +23,8 @@ Math (B = block_size, P = committed length, anchor = the last sampled, not yet c
 - Block: [anchor, MASK x (B-1)] at positions P .. P+B-1, embedded with the TARGET's embed_tokens.
   Per layer (Qwen3 body; every RMSNorm has a PLAIN weight, y = w * x / rms(x), not (1 + w)):
     x = input_layernorm(h); q = q_norm(q_proj(x)), k = k_norm(k_proj(x)), v = v_proj(x) per head;
-    RoPE (full head_dim, NeoX half split, theta = rope_theta) on q and k at their positions;
+    RoPE (full head_dim, NeoX half split, theta = rope_theta, scaled as rope_scaling says) on q and k
+    at their positions;
     attention NON-causal: every block row attends to all context rows 0..P-1 and all B block rows;
     GQA (q head j uses kv head j // (heads / kv_heads)); scale 1/sqrt(head_dim); o_proj; residual;
     h = h + mlp(post_attention_layernorm(h)) (SwiGLU: down(silu(gate(x)) * up(x))).
@@ -47,11 +48,14 @@ The drafter owns no token embedding and no lm_head: callers pass the target's.
 
 Config keys (as testdata/dspark/tiny-bf16/config.json): hidden_size, intermediate_size,
 num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, rms_norm_eps,
-rope_theta (or rope_parameters.rope_theta), hidden_act (silu), block_size,
+rope_theta (or rope_parameters.rope_theta), rope_scaling (or a rope_parameters object whose rope_type is
+not "default"), max_position_embeddings, hidden_act (silu), block_size,
 dflash_config.{mask_token_id, target_layer_ids}, target_hidden_size, markov_rank,
 markov_head_type (only "vanilla"), enable_confidence_head, confidence_head_with_markov.
-lithos' Go runtime supports default RoPE only (no rope_scaling); this module passes rope_scaling
-through to transformers' rotary embedding if present, but such a checkpoint will not load in lithos.
+RoPE scaling is transformers' own: the scaling object goes to Qwen3Config(rope_parameters=...) and the
+cos/sin tables come from Qwen3RotaryEmbedding (inverse frequencies from ROPE_INIT_FUNCTIONS[rope_type],
+cos/sin times its attention_scaling). lithos' Go drafter (runtime/draft) runs "default", "linear" and
+"yarn" (the published 27B head: yarn, factor 32 over 8192 positions, theta 1e7).
 
 Usage: see .notes/dspark_ref.md. Requires torch and transformers (Qwen3 modules).
 """
@@ -71,7 +75,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     rotate_half,
 )
 
-__all__ = ["DSparkDraft", "parse_config", "load_draft", "default_inv_freq"]
+__all__ = ["DSparkDraft", "parse_config", "load_draft", "default_inv_freq", "rope_type"]
 
 
 def _get(cfg, key, default=None):
@@ -85,9 +89,13 @@ def parse_config(cfg):
     """Normalises a DSpark config dict (config.json) into the fields this module uses."""
     dfl = cfg.get("dflash_config") or {}
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    rope_params = cfg.get("rope_parameters") or {}
     rope_theta = cfg.get("rope_theta")
     if rope_theta is None:
-        rope_theta = (cfg.get("rope_parameters") or {}).get("rope_theta")
+        rope_theta = rope_params.get("rope_theta")
+    rope_scaling = cfg.get("rope_scaling") or None
+    if rope_scaling is None and rope_params.get("rope_type", rope_params.get("type", "default")) != "default":
+        rope_scaling = rope_params  # transformers 5 form: the scaling lives in rope_parameters
     if rope_theta is None:
         raise KeyError("DSpark config: missing 'rope_theta'")
     tap = dfl.get("target_layer_ids", cfg.get("target_layer_ids"))
@@ -109,7 +117,7 @@ def parse_config(cfg):
         vocab_size=int(_get(cfg, "vocab_size")),
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         rope_theta=float(rope_theta),
-        rope_scaling=cfg.get("rope_scaling"),
+        rope_scaling=dict(rope_scaling) if rope_scaling else None,
         hidden_act=cfg.get("hidden_act", "silu"),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 32768)),
         block_size=int(_get(cfg, "block_size")),
@@ -147,15 +155,23 @@ def _qwen3_config(c, legacy=False):
         return Qwen3Config(rope_theta=c["rope_theta"], rope_scaling=c["rope_scaling"], **kw)
     rope = {"rope_type": "default", "rope_theta": c["rope_theta"]}
     if c["rope_scaling"]:
-        rope.update(c["rope_scaling"])
+        sc = {k: v for k, v in c["rope_scaling"].items() if v is not None and k != "type"}
+        sc["rope_type"] = c["rope_scaling"].get("rope_type", c["rope_scaling"].get("type", "default"))
+        rope.update(sc)
         rope["rope_theta"] = c["rope_theta"]
-        rope["rope_type"] = rope.get("rope_type", rope.get("type", "default"))
     return Qwen3Config(rope_parameters=rope, **kw)
 
 
+def rope_type(c):
+    """The RoPE type of a parse_config() result ("default" without rope_scaling)."""
+    sc = c["rope_scaling"] or {}
+    return sc.get("rope_type", sc.get("type", "default"))
+
+
 def _rotary(c):
-    """(Qwen3Config, Qwen3RotaryEmbedding) whose default-RoPE inverse frequencies are checked
-    against theta^(-2i/d), trying the transformers 5 config form first, then the 4.x form."""
+    """(Qwen3Config, Qwen3RotaryEmbedding), trying the transformers 5 config form first, then the
+    4.x form. Default RoPE: the inverse frequencies are checked against theta^(-2i/d). Scaled RoPE:
+    the rotary embedding must report the config's rope_type (transformers did not drop the scaling)."""
     last = None
     for legacy in (False, True):
         try:
@@ -165,7 +181,12 @@ def _rotary(c):
             last = e
             continue
         if c["rope_scaling"]:
-            return qc, rot
+            got = getattr(rot, "rope_type", None)
+            scaled = not torch.equal(rot.inv_freq.float(), default_inv_freq(c["head_dim"], c["rope_theta"]))
+            if got == rope_type(c) or (got is None and scaled):
+                return qc, rot
+            last = ValueError(f"rotary embedding has rope_type {got!r}, the config says {rope_type(c)!r} (legacy={legacy})")
+            continue
         want = default_inv_freq(c["head_dim"], c["rope_theta"])
         if rot.inv_freq.shape == want.shape and torch.allclose(rot.inv_freq.float(), want, rtol=1e-6, atol=0):
             return qc, rot

@@ -24,9 +24,10 @@ type Config struct {
 	Intermediate int // intermediate_size (SwiGLU width)
 	Layers       int // num_hidden_layers
 
-	Heads, KVHeads, HeadDim int     // attention geometry; Heads % KVHeads == 0; RoPE over the full HeadDim
-	RopeTheta               float64 // θ of inv_freq_i = θ^(−2i/HeadDim) (default RoPE only)
-	RMSEps                  float32 // rms_norm_eps of every (plain-weight) RMSNorm
+	Heads, KVHeads, HeadDim int         // attention geometry; Heads % KVHeads == 0; RoPE over the full HeadDim
+	RopeTheta               float64     // rope_theta: θ of inv_freq_i = θ^(−2i/HeadDim)
+	Rope                    RopeScaling // rope_scaling / rope_parameters: default, linear or YaRN (NewRope)
+	RMSEps                  float32     // rms_norm_eps of every (plain-weight) RMSNorm
 
 	BlockSize    int   // block_size B: tokens drafted per round
 	MaskToken    int32 // dflash_config.mask_token_id: the id embedded in block slots 1 … B−1
@@ -79,6 +80,9 @@ func (c *Config) Validate() error {
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 		return fmt.Errorf("draft config: rope_theta must be positive and finite, got %v", c.RopeTheta)
 	}
+	if err := c.Rope.validate(c.RopeTheta); err != nil {
+		return err
+	}
 	if !(c.RMSEps > 0) || c.RMSEps > 1 {
 		return fmt.Errorf("draft config: rms_norm_eps must be in (0, 1], got %v", c.RMSEps)
 	}
@@ -109,14 +113,17 @@ func (c *Config) Validate() error {
 // draft.config). Keys, as the public heads and tools/dspark_ref.py use them: hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads (default
 // num_attention_heads), head_dim (default hidden_size / num_attention_heads), vocab_size,
-// rms_norm_eps (default 1e-6), rope_theta (or rope_parameters.rope_theta), hidden_act (silu),
+// rms_norm_eps (default 1e-6), rope_theta and rope_scaling / rope_parameters (default, linear or
+// yarn RoPE with transformers' keys and defaults, RopeScaling; the published 27B head is yarn;
+// where transformers 4 and 5 would read them differently it refuses), hidden_act (silu),
 // block_size (default 7), mask_token_id and target_layer_ids (or aux_hidden_state_layer_ids)
 // at the top level or under dflash_config / dspark_config (the nested object wins, as in
 // lithos/convert), target_hidden_size (default hidden_size), markov_rank (default 0),
 // markov_head_type (only "vanilla"), enable_confidence_head, confidence_head_with_markov.
 //
 // It refuses, naming the key: malformed JSON or values, an architecture other than
-// Architectures, rope scaling other than the default, attention biases, causal or sliding-window
+// Architectures, a RoPE type other than default, linear and yarn (naming rope_scaling.rope_type or
+// rope_parameters.rope_type) or a partial rotary factor, attention biases, causal or sliding-window
 // draft layers (DFlash2), sample_from_anchor false, a Markov head type other than vanilla, and
 // whatever Validate refuses.
 func ParseConfig(data []byte) (Config, error) {
@@ -209,7 +216,7 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	c.RMSEps = float32(eps)
-	if c.RopeTheta, err = ropeTheta(top); err != nil {
+	if c.RopeTheta, c.Rope, err = ropeConfig(top); err != nil {
 		return Config{}, err
 	}
 	if act, err := str(topObj, "hidden_act", "silu"); err != nil {
@@ -356,51 +363,4 @@ func str(objs []obj, key, def string) (string, error) {
 		return "", fmt.Errorf("draft config: %s: want a string, got %s", name, clip(raw))
 	}
 	return v, nil
-}
-
-// ropeTheta reads rope_theta (top level, or rope_parameters.rope_theta as transformers 5
-// writes it) and refuses RoPE scaling: the graph computes default RoPE only.
-func ropeTheta(top map[string]json.RawMessage) (float64, error) {
-	topObj := []obj{{m: top}}
-	theta, ok, err := number(topObj, "rope_theta", 0)
-	if err != nil {
-		return 0, err
-	}
-	for _, key := range []string{"rope_scaling", "rope_parameters"} {
-		raw, found := present(top, key)
-		if !found {
-			continue
-		}
-		var sub map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &sub); err != nil || sub == nil {
-			return 0, fmt.Errorf("draft config: %s: want an object, got %s", key, clip(raw))
-		}
-		so := []obj{{name: key + ".", m: sub}}
-		kind, err := str(so, "rope_type", "")
-		if err != nil {
-			return 0, err
-		}
-		if kind == "" {
-			if kind, err = str(so, "type", "default"); err != nil {
-				return 0, err
-			}
-		}
-		if kind != "default" {
-			return 0, fmt.Errorf("draft config: %s: rope type %q: only default RoPE is implemented", key, kind)
-		}
-		if f, found, err := number(so, "partial_rotary_factor", 1); err != nil {
-			return 0, err
-		} else if found && f != 1 {
-			return 0, fmt.Errorf("draft config: %s.partial_rotary_factor %v: draft heads rotate the full head_dim", key, f)
-		}
-		if !ok {
-			if theta, ok, err = number(so, "rope_theta", 0); err != nil {
-				return 0, err
-			}
-		}
-	}
-	if !ok {
-		return 0, fmt.Errorf("draft config: rope_theta: missing")
-	}
-	return theta, nil
 }

@@ -9,9 +9,11 @@
 // through the drafted tokens, and a confidence head), with the conventions fixed in
 // .notes/spec-design.md: block = [anchor, MASK × (B−1)] at positions P … P+B−1 where P is the
 // committed length and the anchor the last sampled, not yet committed token; slot k predicts the
-// token at position P+k+1 (DSpark sample_from_anchor). The oracle is tools/dspark_ref.py
-// (PyTorch, transformers' Qwen3 modules); tools/dspark_goldens.py records its outputs in
-// testdata/goldens/dspark-tiny.
+// token at position P+k+1 (DSpark sample_from_anchor). RoPE is default, linear or YaRN, with the
+// inverse frequencies and cos/sin amplitude transformers computes (NewRope; the published 27B head,
+// RadixArk/Qwen3.8-27B-DSpark, is YaRN factor 32 over 8192 positions, lithos-metal.md §5.2–5.3).
+// The oracle is tools/dspark_ref.py (PyTorch, transformers' Qwen3 modules and rotary embedding);
+// tools/dspark_goldens.py records its outputs in testdata/goldens/dspark-tiny.
 //
 // A Drafter (weights, read-only, shared) serves States (one sequence each: the context K/V of
 // every draft layer). Append adds committed tokens' context features; Draft runs one block and

@@ -52,7 +52,7 @@ type Drafter struct {
 
 	embed  model.Embedding
 	lmHead model.Matrix
-	rope   model.Rope
+	rope   Rope
 	attn   model.AttnShape
 }
 
@@ -120,7 +120,7 @@ func New(cfg Config, w Weights, embed model.Embedding, lmHead model.Matrix) (*Dr
 	return &Drafter{
 		Cfg: cfg, W: w, KeyPartition: model.DefaultKeyPartition,
 		embed: embed, lmHead: lmHead,
-		rope: model.NewRope(cfg.RopeTheta, cfg.HeadDim),
+		rope: NewRope(&cfg),
 		attn: model.AttnShape{Heads: cfg.Heads, KVHeads: cfg.KVHeads, HeadDim: cfg.HeadDim},
 	}, nil
 }

@@ -52,6 +52,80 @@ func TestGoldens(t *testing.T) {
 	}
 }
 
+// TestGoldensYaRN compares the tiny head under YaRN RoPE (drafttest.YarnConfig: rope_scaling yarn,
+// factor 4 over original_max_position_embeddings 1024) with the oracle, whose rotary table is
+// transformers' Qwen3RotaryEmbedding with that rope_scaling: the inverse frequencies (≤ 1 ulp) and
+// the cos/sin amplitude, then the drafter at 23 context rows and at 1100 (the block at positions
+// 1100 … 1106, past the original length) — context K/V, hidden rows, logits within TolLogits,
+// identical greedy tokens. The same weights under default RoPE must miss the YaRN goldens by far
+// (the comparison can fail).
+func TestGoldensYaRN(t *testing.T) {
+	g := drafttest.Read(t)
+	cfg := drafttest.YarnConfig(t)
+	if cfg.Rope.Type != draft.RopeYaRN || cfg.Rope.Factor != 4 || cfg.Rope.OriginalMaxPos != 1024 {
+		t.Fatalf("%s: RoPE %+v, want yarn factor 4 over 1024", drafttest.YarnConfigPath(t), cfg.Rope)
+	}
+	r := draft.NewRope(&cfg)
+	want := g.Floats(t, "yarn.inv_freq")
+	if len(want) != len(r.InvFreq) {
+		t.Fatalf("yarn.inv_freq has %d values, want %d", len(want), len(r.InvFreq))
+	}
+	same := 0
+	for i, w := range want {
+		got := r.InvFreq[i]
+		if got == w {
+			same++
+		} else if math.Abs(float64(got-w)) > float64(math.Nextafter32(w, float32(math.Inf(1)))-w) {
+			t.Errorf("inv_freq[%d] = %v, transformers %v (more than 1 ulp)", i, got, w)
+		}
+	}
+	t.Logf("inv_freq: %d of %d bit-identical to transformers', the others within 1 ulp", same, len(want))
+	if s := g.Floats(t, "yarn.attention_scaling")[0]; r.Scale != s {
+		t.Errorf("amplitude %v, transformers' attention_scaling %v", r.Scale, s)
+	}
+
+	emb, head := g.Target(t, cfg.Vocab, cfg.Hidden)
+	w := drafttest.Weights(t, cfg, drafttest.Yarn)
+	d, err := draft.New(cfg, w, emb, head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainCfg := cfg
+	plainCfg.Rope = draft.RopeScaling{Type: draft.RopeDefault}
+	plain, err := draft.New(plainCfg, w, emb, head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, n := range drafttest.YarnCases {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			feats := g.Features(t, n, cfg.FeatureDim())
+			st, err := d.NewState(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Append(ctx, st, feats, n); err != nil {
+				t.Fatal(err)
+			}
+			drafttest.Compare(t, g, d, st, drafttest.Yarn, n)
+
+			ps, _ := plain.NewState(n)
+			if err := plain.Append(ctx, ps, feats, n); err != nil {
+				t.Fatal(err)
+			}
+			p := draft.Proposal{KeepLogits: true}
+			if err := plain.Draft(ctx, ps, g.Ints(t, fmt.Sprintf("anchor.%d", n))[0], nil, &p); err != nil {
+				t.Fatal(err)
+			}
+			e, _ := drafttest.RelErr(p.Logits, g.Floats(t, fmt.Sprintf("yarn.greedy_logits.%d", n)))
+			t.Logf("default RoPE vs the YaRN goldens: relative error %.3g", e)
+			if !(e > 10*drafttest.TolLogits) {
+				t.Errorf("default RoPE matches the YaRN goldens to %.3g: the YaRN records do not test the scaling", e)
+			}
+		})
+	}
+}
+
 // TestAppendInPieces appends the 40 context rows as a round would (17, draft, 23, draft) and in
 // single rows, and checks against appending at once and against the goldens of both lengths.
 func TestAppendInPieces(t *testing.T) {

@@ -201,7 +201,7 @@ func TestLoadDraftRefuses(t *testing.T) {
 		{"taps", func(c map[string]any) { c["dflash_config"].(map[string]any)["target_layer_ids"] = []int{1, 3, 6} }, "draft target_layer_ids: 6 is not a target layer"},
 		{"mask token", func(c map[string]any) { c["dflash_config"].(map[string]any)["mask_token_id"] = 1000 }, "mask_token_id 1000 is outside the vocabulary"},
 		{"markov head type", func(c map[string]any) { c["markov_head_type"] = "gated" }, `markov_head_type "gated"`},
-		{"rope scaling", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 32} }, `rope_scaling: rope type "yarn"`},
+		{"rope scaling", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": 8} }, `rope_scaling.rope_type "llama3"`},
 		{"ranks", func(c map[string]any) { c["markov_rank"] = 32 }, "tensor draft.markov_head.markov_w1: shape [1000 64], want [1000, 32]"},
 	} {
 		edit(c.edit)

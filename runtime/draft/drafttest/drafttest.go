@@ -1,7 +1,7 @@
 // Package drafttest reads the DSpark drafter goldens that tools/dspark_goldens.py writes
-// (testdata/goldens/dspark-tiny/goldens.safetensors) and the tiny DSpark head they were made
-// from (testdata/dspark/), for the tests of runtime/draft and of the backends. It is imported
-// by tests only.
+// (testdata/goldens/dspark-tiny/goldens.safetensors, and yarn-config.json beside it) and the tiny
+// DSpark head they were made from (testdata/dspark/), for the tests of runtime/draft and of the
+// backends. It is imported by tests only.
 package drafttest
 
 import (
@@ -31,8 +31,17 @@ const Command = "python3 tools/dspark_goldens.py --out testdata/goldens/dspark-t
 // writes for it, dequantized).
 var Variants = []string{"bf16", "nvfp4"}
 
-// Cases are the context lengths recorded (features.17 = the first 17 rows of features.40).
+// Cases are the context lengths recorded for Variants (features.17 = the first 17 rows of
+// features.40).
 var Cases = []int{6, 17, 40}
+
+// Yarn is the variant of the tiny head's BF16 weights under YaRN RoPE (YarnConfig: factor 4 over
+// original_max_position_embeddings 1024), recorded for the context lengths YarnCases; the 1100-row
+// case puts the context and the block (positions 1100 … 1106) past the original length.
+const Yarn = "yarn"
+
+// YarnCases are the context lengths recorded for the Yarn variant.
+var YarnCases = []int{23, 1100}
 
 // Root returns the repository root (the directory holding go.mod), found upwards from the
 // test's working directory.
@@ -125,13 +134,24 @@ func (g *Goldens) Ints(tb testing.TB, name string) []int32 {
 	return v
 }
 
-// Features returns the context features of case n ([n, FeatureDim]).
+// Features returns the context features of case n ([n, FeatureDim]): features.6 for n = 6, else
+// row p = features.40[p mod 40] (the first n rows for n ≤ 40; tiled beyond, as
+// tools/dspark_goldens.py tiled() builds the long YaRN case).
 func (g *Goldens) Features(tb testing.TB, n, featureDim int) []float32 {
 	tb.Helper()
 	if n == 6 {
 		return g.Floats(tb, "features.6")
 	}
-	return g.Floats(tb, "features.40")[:n*featureDim]
+	f40 := g.Floats(tb, "features.40")
+	if n <= 40 {
+		return f40[:n*featureDim]
+	}
+	out := make([]float32, 0, n*featureDim)
+	for p := 0; p < n; p++ {
+		r := p % 40
+		out = append(out, f40[r*featureDim:(r+1)*featureDim]...)
+	}
+	return out
 }
 
 // Target returns the dense target embedding and LM head of the goldens ([Vocab, Hidden]).
@@ -151,25 +171,46 @@ func (g *Goldens) Target(tb testing.TB, vocab, hidden int) (model.Embedding, mod
 // Config parses tiny-bf16/config.json.
 func Config(tb testing.TB) draft.Config {
 	tb.Helper()
-	raw, err := os.ReadFile(filepath.Join(TinyDir(tb), "config.json"))
+	return parseFile(tb, filepath.Join(TinyDir(tb), "config.json"))
+}
+
+// YarnConfigPath is the config of the Yarn variant, written by tools/dspark_goldens.py next to the
+// goldens (tiny-bf16/config.json plus rope_scaling yarn).
+func YarnConfigPath(tb testing.TB) string {
+	return filepath.Join(Root(tb), "testdata", "goldens", "dspark-tiny", "yarn-config.json")
+}
+
+// YarnConfig parses YarnConfigPath.
+func YarnConfig(tb testing.TB) draft.Config {
+	tb.Helper()
+	return parseFile(tb, YarnConfigPath(tb))
+}
+
+func parseFile(tb testing.TB, p string) draft.Config {
+	tb.Helper()
+	raw, err := os.ReadFile(p)
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("%v (made by `%s`)", err, Command)
 	}
 	c, err := draft.ParseConfig(raw)
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("%s: %v", p, err)
 	}
 	return c
 }
 
-// Tensors returns the float32 weights of a variant by checkpoint name: BF16 decoded exactly,
+// Tensors returns the float32 weights of a variant by checkpoint name ("yarn" has the bf16 ones): BF16 decoded exactly,
 // NVFP4 linears dequantized (formats/nvfp4.DecodeRows: e2m1 · e4m3 block scale · weight_scale_2),
 // with their shapes.
 func Tensors(tb testing.TB, variant string) (map[string][]float32, map[string][]int64) {
 	tb.Helper()
 	p := filepath.Join(TinyDir(tb), "model.safetensors")
-	if variant == "nvfp4" {
+	switch variant {
+	case "nvfp4":
 		p = filepath.Join(Root(tb), "testdata", "dspark", "tiny-nvfp4-expected.safetensors")
+	case "bf16", Yarn:
+	default:
+		tb.Fatalf("drafttest: unknown variant %q", variant)
 	}
 	f, err := safetensors.Open(p)
 	if err != nil {
@@ -294,7 +335,9 @@ const (
 )
 
 // Compare checks a drafter whose state st holds case n's context against the goldens of a
-// variant: the context K/V of every layer (TolKV), then a greedy Draft from the recorded anchor
+// variant: the context K/V of every layer (TolKV; a record of fewer than n rows holds the last
+// rows; with a recorded <variant>.inv_freq, TolKV grows by the rotation-angle difference the
+// inverse frequencies allow, 2·(n+B)·max|Δinv_freq|), then a greedy Draft from the recorded anchor
 // (final-normed rows, base logits and adjusted logits within TolLogits, identical tokens,
 // confidences within TolConf), then a forced chain (choose returns the recorded tokens and
 // scribbles on its copy of the logits; Logits must be the unmodified rows). Draft must leave
@@ -303,6 +346,21 @@ func Compare(t *testing.T, g *Goldens, d *draft.Drafter, st *draft.State, varian
 	t.Helper()
 	ctx := context.Background()
 	key := func(what string) string { return fmt.Sprintf("%s.%s.%d", variant, what, n) }
+	tolKV := TolKV
+	if want, ok := g.F32[variant+".inv_freq"]; ok {
+		// Both sides round the angle p·inv_freq to float32 alike; an inverse frequency that differs
+		// (pow rounded differently) turns a row by at most p·Δ more, a relative change ≤ √2·p·Δ.
+		got := draft.NewRope(&d.Cfg).InvFreq
+		if len(got) != len(want) {
+			t.Fatalf("%s.inv_freq: %d values, the drafter has %d", variant, len(want), len(got))
+		}
+		var df float64
+		for i := range want {
+			df = max(df, math.Abs(float64(got[i])-float64(want[i])))
+		}
+		tolKV += 2 * float64(n+d.Cfg.BlockSize) * df
+	}
+	kvRow := d.Cfg.KVHeads * d.Cfg.HeadDim
 	for l := 0; l < d.Cfg.Layers; l++ {
 		k, v, err := st.Context(l)
 		if err != nil {
@@ -313,10 +371,15 @@ func Compare(t *testing.T, g *Goldens, d *draft.Drafter, st *draft.State, varian
 			got  []float32
 		}{{"ctx_k", k}, {"ctx_v", v}} {
 			name := fmt.Sprintf("%s.%d", key(r.what), l)
-			e, at := RelErr(r.got, g.Floats(t, name))
-			t.Logf("%s: relative error %.3g", name, e)
-			if e > TolKV {
-				t.Errorf("%s: relative error %.3g at %d (tolerance %g)", name, e, at, TolKV)
+			want := g.Floats(t, name)
+			rows := len(want) / kvRow
+			if rows < 1 || rows > n || rows*kvRow != len(want) || len(r.got) != n*kvRow {
+				t.Fatalf("%s: %d values for %d rows of %d (the state holds %d values)", name, len(want), n, kvRow, len(r.got))
+			}
+			e, at := RelErr(r.got[(n-rows)*kvRow:], want)
+			t.Logf("%s (last %d rows): relative error %.3g", name, rows, e)
+			if e > tolKV {
+				t.Errorf("%s: relative error %.3g at %d (tolerance %.3g)", name, e, at, tolKV)
 			}
 		}
 	}
