@@ -1,7 +1,8 @@
 // Command lithos-run is the lithos runtime: it memory-maps a bundle made by lithos-pack and
-// generates text on a backend (today the pure-Go CPU backend; DSpark speculative decoding,
-// Metal/CUDA and the OpenAI/Anthropic server come with later issues). This file is cobra wiring
-// only: flags become a lithos/runtime/generate.Request.
+// generates text on a backend (today the pure-Go CPU backend), with the bundle's DSpark draft
+// head as a speculative drafter unless --no-draft (docs/speculative.md); `lithos-run bench`
+// measures plain and speculative decoding against the memory-bandwidth floor. This file is
+// cobra wiring only: flags become a lithos/runtime/generate.Request.
 package main
 
 import (
@@ -97,6 +98,7 @@ func newRoot(g *genFlags) *cobra.Command {
 	}
 	g.register(gen)
 	root.AddCommand(gen)
+	root.AddCommand(newBench(g))
 	return root
 }
 
@@ -110,6 +112,10 @@ type genFlags struct {
 	seed                       uint64
 	stop                       []string
 	verbose                    bool
+	draftSampling              string
+	confidenceStop             float64
+	bench                      bool
+	runs                       int
 
 	stdout, stderr io.Writer
 	code           int
@@ -126,7 +132,9 @@ func (g *genFlags) register(c *cobra.Command) {
 	f.IntVar(&g.topK, "top-k", 0, "keep the K most probable tokens (0 = off)")
 	f.Uint64Var(&g.seed, "seed", 0, "sampling seed: a fixed seed gives a fixed output")
 	f.StringArrayVar(&g.stop, "stop", nil, "stop when the text contains this string (repeatable); the text is cut before it")
-	f.BoolVar(&g.noDraft, "no-draft", false, "decode without the DSpark draft head (accepted; drafting comes with the speculative-decoding issue, so today every run is draft-free)")
+	f.BoolVar(&g.noDraft, "no-draft", false, "decode without the bundle's DSpark draft head (not even loaded: a draft that does not fit is ignored)")
+	f.StringVar(&g.draftSampling, "draft-sampling", "argmax", "at temperature > 0: argmax (drafts are the drafter's argmax, accepted iff they equal the sampled token) or sample (drafts sampled, accepted with min(1, p/q))")
+	f.Float64Var(&g.confidenceStop, "confidence-stop", 0, "verify only the leading drafts whose confidence head output is at least this (0 = off)")
 	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = cpu until Metal/CUDA land)")
 	f.BoolVar(&g.json, "json", false, "print exactly one JSON object on stdout instead of streaming text")
 	f.IntVar(&g.context, "context", 0, "context length in tokens (0 = the model's max_position_embeddings)")
@@ -176,6 +184,7 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 		if req.Prompt == "" {
 			return errors.New("empty prompt: --prompt is empty")
 		}
+	case g.bench: // bench's default prompt (runBench)
 	default:
 		return errors.New("no prompt: give --prompt TEXT or --prompt-ids 1,2,3")
 	}
@@ -188,14 +197,24 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	if err := req.Sampling.Validate(); err != nil {
 		return err
 	}
+	if g.draftSampling != "argmax" && g.draftSampling != "sample" {
+		return fmt.Errorf("--draft-sampling %q: want argmax or sample", g.draftSampling)
+	}
+	if !(g.confidenceStop >= 0 && g.confidenceStop <= 1) {
+		return fmt.Errorf("--confidence-stop %v: want a number in [0, 1] (0 = off)", g.confidenceStop)
+	}
+	req.DraftSampling, req.ConfidenceStop = g.draftSampling, g.confidenceStop
 	ctx := cmd.Context()
-	r, err := generate.Open(ctx, dir, g.backend, log)
+	r, err := generate.OpenWith(ctx, dir, generate.Options{Backend: g.backend, NoDraft: g.noDraft, Log: log})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	if g.noDraft {
-		log.Debug("--no-draft: no draft head is used (speculative decoding is not built yet)")
+	if r.Draft != nil {
+		log.Debug("speculative decoding with the bundle's draft head", "block", r.Draft.BlockSize(), "taps", r.Draft.TapLayers())
+	}
+	if g.bench {
+		return g.runBench(ctx, r, req)
 	}
 	if !g.json {
 		if r.Tokenizer != nil {
@@ -215,6 +234,10 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	}
 	fmt.Fprintf(g.stderr, "lithos-run: %d prompt tokens, %d generated (%s); prefill %.1f tok/s, decode %.2f tok/s over %d rounds (%.2f tokens/round); backend %s\n",
 		res.PromptTokens, len(res.Tokens), res.FinishReason, res.PrefillTokPerS, res.DecodeTokPerS, res.Rounds, res.TokensPerRound, r.Backend.Name())
+	if s := res.Speculative; s != nil {
+		fmt.Fprintf(g.stderr, "lithos-run: speculative (%s): %d rounds + %d single steps, %.2f tokens/round, histogram %v, acceptance by position %s, draft %.2f ms + verify %.2f ms per round\n",
+			s.DraftSampling, s.Rounds, s.PlainSteps, s.TokensPerRound, s.Histogram, fractions(s.Acceptance), s.DraftMSPerRound, s.VerifyMSPerRound)
+	}
 	if err != nil {
 		if res.FinishReason == generate.FinishCancelled {
 			fmt.Fprintln(g.stderr, "lithos-run: interrupted")
@@ -222,6 +245,95 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 			return err
 		}
 		return err
+	}
+	return nil
+}
+
+// fractions formats a list of fractions with two decimals.
+func fractions(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.2f", x)
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+// newBench returns the bench command (runBench).
+func newBench(g *genFlags) *cobra.Command {
+	bench := &cobra.Command{
+		Use:   "bench BUNDLE",
+		Short: "Measure plain decoding and speculative rounds against the memory-bandwidth floor",
+		Long: "Generate from the prompt (--prompt/--prompt-ids; default 32 fixed token ids) twice: without and with the\n" +
+			"bundle's draft head, each --runs times (the best decode rate kept), and report for each: decode tok/s,\n" +
+			"target passes, tokens per pass, and the floor measured in the same run — the tok/s the passes would\n" +
+			"reach if each were bound by reading its bytes (manifest: target weights per pass, drafter weights per\n" +
+			"round) at this machine's measured memory read bandwidth — with the round telemetry. --json prints the\n" +
+			"report as one JSON object (generate.BenchReport).",
+		Args:          cobra.ExactArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g.bench = true
+			if !cmd.Flags().Changed("max-tokens") {
+				g.maxTokens = 64
+			}
+			return g.run(cmd, args[0])
+		},
+	}
+	g.register(bench)
+	bench.Flags().IntVar(&g.runs, "runs", 1, "runs of each mode (the best decode rate is reported)")
+	bench.Flags().Lookup("max-tokens").DefValue = "64"
+	return bench
+}
+
+// benchPrompt is bench's default prompt: 32 token ids spread over the vocabulary (a fixed
+// choice, so that runs compare).
+func benchPrompt(vocab int) []int32 {
+	ids := make([]int32, 32)
+	for i := range ids {
+		ids[i] = int32((i*7919 + 13) % vocab)
+	}
+	return ids
+}
+
+// runBench runs generate's Bench and prints its report.
+func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generate.Request) error {
+	if g.runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", g.runs)
+	}
+	if req.PromptIDs == nil && req.Prompt == "" {
+		req.PromptIDs = benchPrompt(r.Target.Config().Vocab)
+	}
+	rep, err := r.Bench(ctx, req, g.runs)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		writeJSON(g.stdout, rep)
+		return nil
+	}
+	w := g.stdout
+	fmt.Fprintf(w, "bundle %s, backend %s, %d threads, %d prompt tokens\n", rep.Bundle, rep.Backend, rep.Threads, rep.PromptTokens)
+	fmt.Fprintf(w, "floor: memory read bandwidth %.1f GB/s measured now; target %.1f MB per pass", rep.ReadGBs, float64(rep.TargetBytesPerPass)/1e6)
+	if rep.DraftBytesPerRound > 0 {
+		fmt.Fprintf(w, ", drafter %.1f MB per round", float64(rep.DraftBytesPerRound)/1e6)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-12s %7s %8s %10s %8s %11s %8s %10s\n", "mode", "tokens", "passes", "tok/pass", "tok/s", "floor tok/s", "x floor", "prefill/s")
+	row := func(name string, b *generate.BenchRun) {
+		fmt.Fprintf(w, "%-12s %7d %8d %10.2f %8.2f %11.1f %8.4f %10.1f\n", name, b.Tokens, b.Passes, b.TokensPerPass, b.DecodeTokPerS, b.FloorTokPerS, b.XFloor, b.PrefillTokPerS)
+	}
+	row("plain", &rep.Plain)
+	if s := rep.Speculative; s != nil {
+		row("speculative", s)
+		t := s.Speculative
+		fmt.Fprintf(w, "speculative: %.2f× plain decode; %d rounds + %d single steps, histogram of tokens per round (1…%d) %v, acceptance by position %s, draft %.2f ms + verify %.2f ms per round; output identical to plain: %v\n",
+			s.DecodeTokPerS/rep.Plain.DecodeTokPerS, t.Rounds, t.PlainSteps, len(t.Histogram), t.Histogram, fractions(t.Acceptance), t.DraftMSPerRound, t.VerifyMSPerRound, rep.Identical)
+		if t.Confidence != nil {
+			fmt.Fprintf(w, "mean confidence by position %s\n", fractions(t.Confidence))
+		}
+	} else {
+		fmt.Fprintln(w, "speculative: the bundle has no draft head (or --no-draft)")
 	}
 	return nil
 }

@@ -289,3 +289,128 @@ func TestInterruptSignal(t *testing.T) {
 		t.Fatalf("after SIGINT: %v; stderr %s", err, stderr.String())
 	}
 }
+
+var (
+	draftOnce sync.Once
+	draftDir  string
+	draftErr  error
+)
+
+// draftFixture packs the fixture with a random DSpark head (gentest.WriteDraft) in its NVFP4
+// re-export, once per test binary.
+func draftFixture(t testing.TB) string {
+	t.Helper()
+	fixture(t) // fixtureTmp
+	draftOnce.Do(func() {
+		tmp := filepath.Join(fixtureTmp, "draft")
+		if draftErr = os.Mkdir(tmp, 0o755); draftErr != nil {
+			return
+		}
+		head := filepath.Join(tmp, "head")
+		if draftErr = gentest.WriteDraft(head, gentest.DraftFor(gentest.VocabSize, 256, 4), 5); draftErr != nil {
+			return
+		}
+		draftDir, draftErr = gentest.Bundle(context.Background(), tmp, gentest.Options{EOS: []int{gentest.IMEnd, gentest.EndOfText}, Draft: head})
+	})
+	if draftErr != nil {
+		t.Fatal(draftErr)
+	}
+	return draftDir
+}
+
+// TestGenerateSpeculativeJSON: on a bundle with a draft head, `--json` carries the round
+// telemetry under "speculative" and the tokens are transformers' greedy continuation, as with
+// --no-draft (whose "speculative" is null); the statistics line names the rounds.
+func TestGenerateSpeculativeJSON(t *testing.T) {
+	dir := draftFixture(t)
+	i32, _, err := gentest.Goldens("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, noDraft := range []bool{false, true} {
+		args := []string{"generate", dir, "--prompt-ids", idsArg(i32["prompt.11"]), "--max-tokens", "32", "--json"}
+		if noDraft {
+			args = append(args, "--no-draft")
+		}
+		code, stdout, stderr := runCLI(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d, stderr %s", args, code, stderr)
+		}
+		var res generate.Result
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&res); err != nil {
+			t.Fatalf("stdout %q: %v", stdout, err)
+		}
+		if !slices.Equal(res.Tokens, i32["greedy.11"]) {
+			t.Fatalf("no-draft %v: tokens %v, transformers %v", noDraft, res.Tokens, i32["greedy.11"])
+		}
+		var raw map[string]json.RawMessage
+		json.Unmarshal([]byte(stdout), &raw)
+		if noDraft {
+			if string(raw["speculative"]) != "null" || strings.Contains(stderr, "speculative (") {
+				t.Errorf("--no-draft: speculative %s; stderr %s", raw["speculative"], stderr)
+			}
+			continue
+		}
+		s := res.Speculative
+		if s == nil || s.Rounds == 0 || len(s.Histogram) != 8 || len(s.Acceptance) != 7 || s.DraftSampling != "argmax" {
+			t.Fatalf("telemetry %s", raw["speculative"])
+		}
+		if !strings.Contains(stderr, "speculative (argmax):") || !strings.Contains(stderr, "acceptance by position") {
+			t.Errorf("stderr has no speculative statistics: %s", stderr)
+		}
+	}
+	code, _, stderr := runCLI(dir, "--prompt-ids", "1,2", "--max-tokens", "6", "--temperature", "1", "--draft-sampling", "sample", "--confidence-stop", "0.3", "--json")
+	if code != 0 {
+		t.Fatalf("sampled drafts: exit %d, %s", code, stderr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{dir, "--prompt-ids", "1", "--draft-sampling", "best"}, "--draft-sampling"},
+		{[]string{dir, "--prompt-ids", "1", "--confidence-stop", "2"}, "--confidence-stop"},
+		{[]string{"bench", dir, "--runs", "0"}, "--runs"},
+	} {
+		if code, _, stderr := runCLI(c.args...); code != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%q: exit %d, stderr %q", c.args, code, stderr)
+		}
+	}
+}
+
+// TestBench: `lithos-run bench` reports plain and speculative decoding with their floors
+// (positive, from a bandwidth measured in the run), identical greedy outputs, and the round
+// telemetry; as JSON and as a table. Without a draft head the speculative part is null.
+func TestBench(t *testing.T) {
+	dir := draftFixture(t)
+	code, stdout, stderr := runCLI("bench", dir, "--max-tokens", "12", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep generate.BenchReport
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("stdout %q: %v", stdout, err)
+	}
+	s := rep.Speculative
+	if s == nil || !rep.Identical || rep.ReadGBs <= 0 || rep.TargetBytesPerPass <= 0 || rep.DraftBytesPerRound <= 0 ||
+		rep.PromptTokens != 32 || rep.Plain.Tokens != 12 || s.Tokens != 12 || rep.Plain.Passes != 11 ||
+		rep.Plain.FloorTokPerS <= 0 || s.FloorTokPerS <= 0 || s.Speculative == nil || rep.Plain.Speculative != nil {
+		t.Fatalf("report %s", stdout)
+	}
+	// The floors follow from the measured bandwidth and the manifest's bytes.
+	wantPlain := rep.ReadGBs * 1e9 / float64(rep.TargetBytesPerPass)
+	if d := rep.Plain.FloorTokPerS/wantPlain - 1; d > 1e-9 || d < -1e-9 {
+		t.Errorf("plain floor %.1f tok/s, want bandwidth ÷ bytes per pass = %.1f", rep.Plain.FloorTokPerS, wantPlain)
+	}
+	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "6", "--prompt-ids", "5,6,7", "--runs", "2")
+	if code != 0 || !strings.Contains(stdout, "floor: memory read bandwidth") || !strings.Contains(stdout, "speculative:") || !strings.Contains(stdout, "identical to plain: true") {
+		t.Fatalf("table: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI("bench", fixture(t), "--max-tokens", "4", "--json")
+	if code != 0 || !strings.Contains(stdout, `"speculative":null`) {
+		t.Fatalf("no draft head: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+	}
+}

@@ -15,6 +15,11 @@
 // between. The CPU backend (lithos/runtime/backend/cpu) honours exactly this contract, so a GPU
 // backend is a translation of it, not a redesign.
 //
+// Speculative decoding (docs/speculative.md) enters the contract as a Drafter bound to the
+// target (Target.LoadDraft: the bundle's DSpark head; tests plug their own) and passed to a
+// session in SessionOptions; the session's decode program then runs rounds — draft, verify
+// B+1 rows, accept scan, commit — and keeps RoundStats.
+//
 // Imports: lithos/runtime/bundle, lithos/runtime/model (the model's Config), lithos/runtime/sample.
 package backend
 
@@ -22,6 +27,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"lithos/runtime/bundle"
 	"lithos/runtime/model"
@@ -44,8 +50,12 @@ type Target interface {
 	// Config is the model's geometry (runtime/model.Config parsed from the bundle).
 	Config() model.Config
 	// NewSession allocates a sequence's state on the device. Errors: options out of range,
-	// state that does not fit.
+	// state that does not fit, a drafter the target cannot feed.
 	NewSession(opt SessionOptions) (Session, error)
+	// LoadDraft binds the bundle's draft head (manifest "draft") to this target and returns
+	// it, or nil, nil when the bundle has none. Errors name the config field or tensor that
+	// does not fit the target (vocabulary, hidden size, tap layers, shapes, formats).
+	LoadDraft(ctx context.Context, b *bundle.Bundle) (Drafter, error)
 	// Close releases the target's device buffers (not the bundle).
 	Close() error
 }
@@ -73,7 +83,28 @@ type SessionOptions struct {
 	EOS []int32
 	// RingCapacity is the ring's slot count (0: DefaultRingCapacity).
 	RingCapacity int
+
+	// Drafter, when set, makes each decode step a speculative round with a Proposer of it
+	// (nil: one row per step). A round needs BlockSize()+1 free positions; nearer the end of
+	// the context the steps are single rows again.
+	Drafter Drafter
+	// DraftSampling is how drafts are chosen at temperature > 0: DraftArgmax ("" means it:
+	// the argmax of the drafter's logits, accepted iff it equals the target's sampled token —
+	// the point-mass rule) or DraftSample (drawn from the drafter's distribution after the
+	// same temperature/top-k/top-p, accepted with min(1, p/q)). Greedy sampling always
+	// drafts the argmax.
+	DraftSampling string
+	// ConfidenceStop, in [0, 1], shortens a round to the leading drafts whose confidence
+	// head output is at least this value (0: off, every round verifies BlockSize drafts; no
+	// effect for a drafter without a confidence head).
+	ConfidenceStop float64
 }
+
+// DraftSampling values.
+const (
+	DraftArgmax = "argmax"
+	DraftSample = "sample"
+)
 
 // Normalize fills defaults and checks the ranges; errors name the option.
 func (o *SessionOptions) Normalize(vocab int) error {
@@ -97,7 +128,84 @@ func (o *SessionOptions) Normalize(vocab int) error {
 			return fmt.Errorf("session: EOS token %d is outside the vocabulary [0, %d)", id, vocab)
 		}
 	}
+	switch o.DraftSampling {
+	case "":
+		o.DraftSampling = DraftArgmax
+	case DraftArgmax, DraftSample:
+	default:
+		return fmt.Errorf("session: draft sampling %q: want %q or %q", o.DraftSampling, DraftArgmax, DraftSample)
+	}
+	if !(o.ConfidenceStop >= 0 && o.ConfidenceStop <= 1) {
+		return fmt.Errorf("session: confidence stop %v: want a number in [0, 1] (0 = off)", o.ConfidenceStop)
+	}
+	if o.Drafter != nil {
+		if b := o.Drafter.BlockSize(); b < 1 || b > MaxBlockSize {
+			return fmt.Errorf("session: the drafter's block size %d is out of range [1, %d]", b, MaxBlockSize)
+		}
+	}
 	return o.Sampling.Validate()
+}
+
+// MaxBlockSize bounds a drafter's block (DSpark: 7; DFlash checkpoints: 16).
+const MaxBlockSize = 64
+
+// Drafter is a speculative draft model bound to a loaded target (the bundle's DSpark head,
+// or a test's proposer): read-only and shared by the sessions that use it; each session
+// holds its own Proposer.
+type Drafter interface {
+	// TapLayers are the target's decoder layers whose output rows are the drafter's context
+	// features (DSpark target_layer_ids; −1 is the embeddings), in the order the drafter
+	// concatenates them.
+	TapLayers() []int
+	// BlockSize is B, the drafts per round (DSpark block_size: 7); a round verifies B+1 rows.
+	BlockSize() int
+	// NewProposer allocates one sequence's drafter state for a context of capacity positions.
+	NewProposer(capacity int) (Proposer, error)
+}
+
+// Proposer is one sequence's drafter state: the context rows of the committed positions and
+// the drafting of a block after the anchor.
+type Proposer interface {
+	// Len returns the context rows held: the positions 0…Len()−1 whose features were appended.
+	Len() int
+	// Append adds the context features of n committed positions Len()…Len()+n−1: feats is
+	// [n, len(TapLayers)·Hidden], row r the target's tapped layer outputs for that position,
+	// concatenated in TapLayers order.
+	Append(ctx context.Context, feats []float32, n int) error
+	// Draft proposes BlockSize tokens after anchor, the sampled token that will occupy
+	// position Len(): for k = 0…B−1 it computes the drafter's logits row k ([Vocab], the
+	// prediction for position Len()+k+1 given the anchor and drafts 0…k−1), calls choose(k,
+	// row) (which may modify row) and takes its answer as draft k. out.Tokens gets the B
+	// drafts; out.Confidence the confidence head outputs, one per draft, or nil.
+	Draft(ctx context.Context, anchor int32, choose func(k int, logits []float32) int32, out *Proposal) error
+}
+
+// Proposal is a drafted block.
+type Proposal struct {
+	Tokens     []int32   // [B]
+	Confidence []float32 // [B] σ of the confidence head, or nil without one
+}
+
+// RoundStats are a session's decode telemetry, kept by the decode program (a device keeps the
+// counts in a buffer next to the step state; the CPU backend measures the times on the host).
+type RoundStats struct {
+	// Rounds is the speculative rounds run (one target pass over 1+L rows each); PlainSteps
+	// the single-row decode steps (no drafter, or too few free positions for a round).
+	Rounds, PlainSteps int
+	// RoundTokens is the tokens the rounds committed.
+	RoundTokens int
+	// Committed[n−1] counts the rounds that committed n tokens (n = 1…B+1).
+	Committed []int
+	// Drafted[k] counts the rounds that verified a draft k (k < L); Accepted[k] those whose
+	// draft k was accepted (the accept scan's prefix, before EOS/StopAt cut it).
+	Drafted, Accepted []int
+	// ConfidenceSum[k] sums draft k's confidence over the ConfidenceRounds rounds whose
+	// drafter reported one.
+	ConfidenceSum    []float64
+	ConfidenceRounds int
+	// DraftTime is the drafter's time (Draft and Append) and VerifyTime the target's (the
+	// verify step, the accept scan and the commit), summed over the rounds.
+	DraftTime, VerifyTime time.Duration
 }
 
 // Session is one sequence on the device. Its methods are called from one goroutine; each
@@ -115,10 +223,14 @@ type Session interface {
 	// (committed chunks stay committed) and is returned.
 	Prefill(ctx context.Context, prompt []int32) error
 	// Decode runs up to steps steps of the decode program: each feeds the anchor (the last
-	// sampled token), commits it and samples the next token into the ring. It returns early
-	// when a step sets done (EOS, StopAt reached, ring full, context full). A cancelled ctx is
-	// returned, the state left as of the last completed step.
+	// sampled token), commits it and samples the next token into the ring — or, with a
+	// drafter, runs a round: feeds the anchor and B drafts, commits the accepted prefix and
+	// pushes 1…B+1 tokens. It returns early when a step sets done (EOS, StopAt reached, ring
+	// full, context full). A cancelled ctx is returned, the state left as of the last
+	// completed step.
 	Decode(ctx context.Context, steps int) error
+	// Stats returns the decode telemetry so far (a copy).
+	Stats() RoundStats
 	// Close releases the session's device state.
 	Close() error
 }
@@ -152,6 +264,12 @@ type StepState struct {
 	RingHead    uint32 // next ring slot the device writes (tokens written so far)
 	RingTail    uint32 // next ring slot the host reads (host-written)
 	StopAt      uint32 // host-written ring head at which the device sets done (0: never)
+	// DraftLen is L, the drafts in Pending after the anchor in the current/last round (0 for
+	// a single-row step); Rows = 1 + L.
+	DraftLen uint32
+	// DraftContext is the positions whose features the drafter holds (= Position after
+	// every step of a session with a drafter; 0 without).
+	DraftContext uint32
 }
 
 // NewStepState returns a zero step state with tmax pending slots and the given seed.
@@ -165,10 +283,10 @@ func (s *StepState) Seed() uint64 { return uint64(s.SeedHi)<<32 | uint64(s.SeedL
 // stepStateWords is the number of 4-byte words before and after Pending.
 const (
 	stepStateHead = 3  // Step, Position, Rows
-	stepStateTail = 12 // SeedLo … StopAt
+	stepStateTail = 13 // SeedLo … StopAt, DraftLen, DraftContext
 )
 
-// Size returns the bytes of the binary form: 4·(15 + TMax), rounded up to 16.
+// Size returns the bytes of the binary form: 4·(16 + TMax), rounded up to 16.
 func (s *StepState) Size() int {
 	return (4*(stepStateHead+len(s.Pending)+stepStateTail) + 15) / 16 * 16
 }
@@ -186,7 +304,7 @@ func (s *StepState) MarshalBinary() ([]byte, error) {
 	}
 	o := stepStateHead + len(s.Pending)
 	for i, v := range []uint32{s.SeedLo, s.SeedHi, uint32(s.Anchor), s.Accepted, s.Committed, s.PrefillLeft,
-		s.Done, s.Error, s.RingHead, s.RingTail, s.StopAt, 0} {
+		s.Done, s.Error, s.RingHead, s.RingTail, s.StopAt, s.DraftLen, s.DraftContext} {
 		w(o+i, v)
 	}
 	return b, nil
@@ -207,6 +325,7 @@ func (s *StepState) UnmarshalBinary(b []byte) error {
 	s.SeedLo, s.SeedHi, s.Anchor, s.Accepted = r(o), r(o+1), int32(r(o+2)), r(o+3)
 	s.Committed, s.PrefillLeft, s.Done, s.Error = r(o+4), r(o+5), r(o+6), r(o+7)
 	s.RingHead, s.RingTail, s.StopAt = r(o+8), r(o+9), r(o+10)
+	s.DraftLen, s.DraftContext = r(o+11), r(o+12)
 	return nil
 }
 

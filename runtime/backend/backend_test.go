@@ -16,6 +16,7 @@ func TestStepStateLayout(t *testing.T) {
 	copy(s.Pending, []int32{7, -1, 9})
 	s.Anchor, s.Accepted, s.Committed, s.PrefillLeft = 12, 1, 2, 0
 	s.Done, s.Error, s.RingHead, s.RingTail, s.StopAt = 1, ErrContextFull, 17, 15, 40
+	s.DraftLen, s.DraftContext = 7, 39
 	b, err := s.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +25,7 @@ func TestStepStateLayout(t *testing.T) {
 		t.Fatalf("size %d (%d), want 96 for TMax 8", len(b), s.Size())
 	}
 	at := map[int]uint32{0: 3, 4: 41, 8: 2, 12: 7, 16: 0xFFFFFFFF, 20: 9, 44: 0x55667788, 48: 0x11223344,
-		52: 12, 56: 1, 60: 2, 64: 0, 68: 1, 72: ErrContextFull, 76: 17, 80: 15, 84: 40, 88: 0, 92: 0}
+		52: 12, 56: 1, 60: 2, 64: 0, 68: 1, 72: ErrContextFull, 76: 17, 80: 15, 84: 40, 88: 7, 92: 39}
 	for off, want := range at {
 		if got := binary.LittleEndian.Uint32(b[off:]); got != want {
 			t.Errorf("offset %d: %#x, want %#x", off, got, want)
@@ -34,7 +35,7 @@ func TestStepStateLayout(t *testing.T) {
 	if err := r.UnmarshalBinary(b); err != nil {
 		t.Fatal(err)
 	}
-	if r.Seed() != 0x1122334455667788 || !slices.Equal(r.Pending, s.Pending) || r.StopAt != 40 || r.Anchor != 12 || r.RingTail != 15 {
+	if r.Seed() != 0x1122334455667788 || !slices.Equal(r.Pending, s.Pending) || r.StopAt != 40 || r.Anchor != 12 || r.RingTail != 15 || r.DraftLen != 7 || r.DraftContext != 39 {
 		t.Fatalf("round trip: %+v, want %+v", r, s)
 	}
 	if err := NewStepState(4, 0).UnmarshalBinary(b); err == nil {
@@ -72,9 +73,16 @@ func TestRing(t *testing.T) {
 	}
 }
 
+// blockDrafter is a Drafter of a given block size that cannot propose.
+type blockDrafter int
+
+func (b blockDrafter) TapLayers() []int                  { return nil }
+func (b blockDrafter) BlockSize() int                    { return int(b) }
+func (b blockDrafter) NewProposer(int) (Proposer, error) { return nil, nil }
+
 func TestSessionOptions(t *testing.T) {
 	ok := SessionOptions{Capacity: 10, Sampling: sample.Params{TopP: 1}, EOS: []int32{3}}
-	if err := ok.Normalize(8); err != nil || ok.PrefillChunk != DefaultPrefillChunk || ok.RingCapacity != DefaultRingCapacity {
+	if err := ok.Normalize(8); err != nil || ok.PrefillChunk != DefaultPrefillChunk || ok.RingCapacity != DefaultRingCapacity || ok.DraftSampling != DraftArgmax {
 		t.Fatalf("%+v, %v", ok, err)
 	}
 	for _, o := range []SessionOptions{
@@ -83,6 +91,11 @@ func TestSessionOptions(t *testing.T) {
 		{Capacity: 4, RingCapacity: -2, Sampling: sample.Params{TopP: 1}},
 		{Capacity: 4, EOS: []int32{8}, Sampling: sample.Params{TopP: 1}},
 		{Capacity: 4, Sampling: sample.Params{TopP: 0}},
+		{Capacity: 4, Sampling: sample.Params{TopP: 1}, DraftSampling: "greedy"},
+		{Capacity: 4, Sampling: sample.Params{TopP: 1}, ConfidenceStop: 1.5},
+		{Capacity: 4, Sampling: sample.Params{TopP: 1}, ConfidenceStop: -0.1},
+		{Capacity: 4, Sampling: sample.Params{TopP: 1}, Drafter: blockDrafter(0)},
+		{Capacity: 4, Sampling: sample.Params{TopP: 1}, Drafter: blockDrafter(MaxBlockSize + 1)},
 	} {
 		if err := o.Normalize(8); err == nil {
 			t.Errorf("%+v accepted", o)

@@ -1,11 +1,14 @@
 // Package generate is the host side of text generation (docs/runtime.md §5): it opens a bundle
-// on a backend, turns a prompt (text, chat messages through the bundle's chat template, or
-// token ids) into tokens, runs a session's prefill and decode programs, drains the token ring,
-// streams the decoded text, and stops on the EOS ids of generation_config.json, --stop
-// strings, the token limit, a full context or a cancelled context. lithos-run's generate
-// command is a thin wrapper around Open and Runner.Generate.
+// on a backend (with its DSpark draft head unless told not to), turns a prompt (text, chat
+// messages through the bundle's chat template, or token ids) into tokens, runs a session's
+// prefill and decode programs (speculative rounds with the draft head, docs/speculative.md),
+// drains the token ring, streams the decoded text, stops on the EOS ids of
+// generation_config.json, --stop strings, the token limit, a full context or a cancelled
+// context, and reports the round telemetry. lithos-run's generate command is a thin wrapper
+// around OpenWith and Runner.Generate; its bench command around Runner.Bench.
 //
-// Imports: lithos/runtime/{backend, backend/cpu, bundle, chat, sample, tokenizer}, log/slog.
+// Imports: lithos/runtime/{backend, backend/cpu, bundle, chat, sample, tokenizer},
+// lithos/manifests, log/slog.
 package generate
 
 import (
@@ -16,6 +19,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,17 +65,38 @@ type Runner struct {
 	EOS []int32
 	// MaxContext is the model's max_position_embeddings (0 when the config has none).
 	MaxContext int
-	Log        *slog.Logger
+	// Draft is the bundle's draft head bound to the target, nil when the bundle has none or
+	// Options.NoDraft left it out.
+	Draft backend.Drafter
+	Log   *slog.Logger
 }
 
-// Open opens the bundle in dir (checked and mapped: bundle.Open), loads its target on the
-// named backend, and reads its tokenizer, chat template and generation config when present.
-// Errors name the bundle, file, tensor or field.
+// Options of OpenWith.
+type Options struct {
+	// Backend is a name of Backends ("" = auto).
+	Backend string
+	// NoDraft leaves the bundle's draft head out: not loaded, not checked against the target.
+	NoDraft bool
+	// Log receives warnings and debug logs (nil: slog.Default()).
+	Log *slog.Logger
+}
+
+// Open is OpenWith with the draft head loaded.
 func Open(ctx context.Context, dir, backendName string, log *slog.Logger) (*Runner, error) {
+	return OpenWith(ctx, dir, Options{Backend: backendName, Log: log})
+}
+
+// OpenWith opens the bundle in dir (checked and mapped: bundle.Open), loads its target on the
+// named backend and, unless opt.NoDraft, its draft head (Target.LoadDraft), and reads its
+// tokenizer, chat template and generation config when present. Errors name the bundle, file,
+// tensor or field; a draft head that does not fit the target is refused (with NoDraft it is
+// ignored).
+func OpenWith(ctx context.Context, dir string, opt Options) (*Runner, error) {
+	log := opt.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	be, err := NewBackend(backendName)
+	be, err := NewBackend(opt.Backend)
 	if err != nil {
 		return nil, err
 	}
@@ -80,18 +105,25 @@ func Open(ctx context.Context, dir, backendName string, log *slog.Logger) (*Runn
 		return nil, err
 	}
 	r := &Runner{Bundle: b, Backend: be, Log: log}
-	if err := r.load(ctx); err != nil {
+	if err := r.load(ctx, !opt.NoDraft); err != nil {
 		b.Close()
 		return nil, err
 	}
 	return r, nil
 }
 
-func (r *Runner) load(ctx context.Context) error {
+func (r *Runner) load(ctx context.Context, withDraft bool) error {
 	b := r.Bundle
 	var err error
 	if r.Target, err = r.Backend.Load(ctx, b); err != nil {
 		return err
+	}
+	if withDraft {
+		if r.Draft, err = r.Target.LoadDraft(ctx, b); err != nil {
+			return fmt.Errorf("%w (--no-draft runs the target alone)", err)
+		}
+	} else if b.Manifest.Draft != nil {
+		r.Log.Debug("draft head left out (no-draft)", "bundle", b.Dir)
 	}
 	vocab := r.Target.Config().Vocab
 	if data, err := b.ReadFile("tokenizer.json", maxTokenizerBytes); err == nil {
@@ -236,6 +268,15 @@ type Request struct {
 	OnText func(string) error
 	// OnToken, when set, receives each generated token id as it is drained (EOS excluded).
 	OnToken func(int32) error
+	// NoDraft decodes one row per step even when the runner has a draft head.
+	NoDraft bool
+	// DraftSampling is backend.DraftArgmax ("" means it: the point-mass rule) or
+	// backend.DraftSample (drafts sampled, accepted with min(1, p/q)); see
+	// backend.SessionOptions.
+	DraftSampling string
+	// ConfidenceStop, in [0, 1], shortens rounds to the leading drafts whose confidence head
+	// output reaches it (0: off).
+	ConfidenceStop float64
 }
 
 // DefaultContext is the context when neither the request nor the model config gives one;
@@ -272,6 +313,60 @@ type Result struct {
 	// committed ÷ Rounds: 1 without a draft head.
 	Rounds         int     `json:"rounds"`
 	TokensPerRound float64 `json:"tokens_per_round"`
+	// Speculative is the round telemetry of a generation with a draft head (null without).
+	Speculative *Speculative `json:"speculative"`
+}
+
+// Speculative is the telemetry of speculative decoding (docs/speculative.md §5), from the
+// session's backend.RoundStats.
+type Speculative struct {
+	// DraftSampling is the acceptance rule: "argmax" (point mass) or "sample" (min(1, p/q));
+	// greedy generation is always "argmax".
+	DraftSampling string `json:"draft_sampling"`
+	// BlockSize is B, the drafts a full round verifies.
+	BlockSize int `json:"block_size"`
+	// Rounds is the speculative rounds; PlainSteps the single-row steps among the decode
+	// steps (near the end of the context).
+	Rounds     int `json:"rounds"`
+	PlainSteps int `json:"plain_steps"`
+	// TokensPerRound is the mean tokens a round committed (1…B+1); Histogram[n−1] counts the
+	// rounds that committed n tokens.
+	TokensPerRound float64 `json:"tokens_per_round"`
+	Histogram      []int   `json:"tokens_per_round_histogram"`
+	// Acceptance[k] is the fraction of rounds whose draft k was accepted (k = 0…B−1).
+	Acceptance []float64 `json:"acceptance_by_position"`
+	// Confidence[k] is the mean confidence head output for draft k (omitted without a head).
+	Confidence []float64 `json:"confidence_by_position,omitempty"`
+	// DraftMSPerRound and VerifyMSPerRound are the mean milliseconds a round spent in the
+	// drafter (Draft and Append) and in the target (verify pass, accept scan, commit).
+	DraftMSPerRound  float64 `json:"draft_ms_per_round"`
+	VerifyMSPerRound float64 `json:"verify_ms_per_round"`
+}
+
+// NewSpeculative summarizes round stats (nil when st holds no drafter's counters).
+func NewSpeculative(st backend.RoundStats, sampling string) *Speculative {
+	if st.Committed == nil {
+		return nil
+	}
+	s := &Speculative{DraftSampling: sampling, BlockSize: len(st.Accepted), Rounds: st.Rounds, PlainSteps: st.PlainSteps,
+		Histogram: slices.Clone(st.Committed), Acceptance: make([]float64, len(st.Accepted))}
+	if st.Rounds == 0 {
+		return s
+	}
+	r := float64(st.Rounds)
+	s.TokensPerRound = float64(st.RoundTokens) / r
+	for k, a := range st.Accepted {
+		s.Acceptance[k] = float64(a) / r
+	}
+	if st.ConfidenceRounds > 0 {
+		s.Confidence = make([]float64, len(st.ConfidenceSum))
+		for k, c := range st.ConfidenceSum {
+			s.Confidence[k] = c / float64(st.ConfidenceRounds)
+		}
+	}
+	s.DraftMSPerRound = float64(st.DraftTime) / 1e6 / r
+	s.VerifyMSPerRound = float64(st.VerifyTime) / 1e6 / r
+	return s
 }
 
 // Tokens returns the prompt's token ids for req, checked against the model's vocabulary (and
@@ -378,10 +473,16 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 		return nil, fmt.Errorf("the prompt has %d tokens, which leaves no room in the context of %d (give a shorter prompt or a larger --context)", len(prompt), limit)
 	}
 	maxTok := min(req.MaxTokens, limit) // the context holds at most limit − prompt + 1 new tokens
-	sess, err := r.Target.NewSession(backend.SessionOptions{
+	opt := backend.SessionOptions{
 		Capacity: min(limit, len(prompt)+maxTok), PrefillChunk: req.PrefillChunk,
-		Sampling: req.Sampling, EOS: r.EOS,
-	})
+		Sampling: req.Sampling, EOS: r.EOS, DraftSampling: req.DraftSampling, ConfidenceStop: req.ConfidenceStop,
+	}
+	if r.Draft != nil && !req.NoDraft {
+		opt.Drafter = r.Draft
+		// Room for the last round's rows past the last token, within the context.
+		opt.Capacity = min(limit, len(prompt)+maxTok+r.Draft.BlockSize())
+	}
+	sess, err := r.Target.NewSession(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -394,18 +495,33 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 	if r.Tokenizer != nil {
 		out.dec = r.Tokenizer.NewStreamDecoder(true)
 	}
-	t0 := time.Now()
-	if err := sess.Prefill(ctx, prompt); err != nil {
-		return r.finish(res, out, ctx, err)
-	}
-	res.PrefillTokPerS = float64(len(prompt)) / time.Since(t0).Seconds()
 	var decodeTime time.Duration
 	decodeTokens := 0
+	// done records the statistics and finishes (every return after the session starts).
+	done := func(err error) (*Result, error) {
+		if res.Rounds > 0 {
+			res.DecodeTokPerS = float64(decodeTokens) / decodeTime.Seconds()
+			res.TokensPerRound = float64(decodeTokens) / float64(res.Rounds)
+		}
+		if opt.Drafter != nil {
+			rule := opt.DraftSampling
+			if rule == "" || req.Sampling.Greedy() {
+				rule = backend.DraftArgmax
+			}
+			res.Speculative = NewSpeculative(sess.Stats(), rule)
+		}
+		return r.finish(res, out, ctx, err)
+	}
+	t0 := time.Now()
+	if err := sess.Prefill(ctx, prompt); err != nil {
+		return done(err)
+	}
+	res.PrefillTokPerS = float64(len(prompt)) / time.Since(t0).Seconds()
 	var buf []int32
 	for {
 		buf = sess.Ring().Drain(ss, buf[:0])
 		if err := out.add(buf); err != nil {
-			return r.finish(res, out, ctx, err)
+			return done(err)
 		}
 		if out.reason != "" {
 			break
@@ -415,14 +531,14 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 			case ss.Error == backend.ErrContextFull:
 				out.reason = FinishContext
 			case ss.Error != backend.ErrNone:
-				return r.finish(res, out, ctx, fmt.Errorf("generation stopped with device error %d", ss.Error))
+				return done(fmt.Errorf("generation stopped with device error %d", ss.Error))
 			default:
 				out.reason = FinishLength // StopAt; an EOS was seen by out.add
 			}
 			break
 		}
 		if err := ctx.Err(); err != nil {
-			return r.finish(res, out, ctx, err)
+			return done(err)
 		}
 		head := ss.RingHead
 		t := time.Now()
@@ -433,14 +549,10 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 			decodeTokens += n
 		}
 		if err != nil {
-			return r.finish(res, out, ctx, err)
+			return done(err)
 		}
 	}
-	if res.Rounds > 0 {
-		res.DecodeTokPerS = float64(decodeTokens) / decodeTime.Seconds()
-		res.TokensPerRound = float64(decodeTokens) / float64(res.Rounds)
-	}
-	return r.finish(res, out, ctx, nil)
+	return done(nil)
 }
 
 // finish flushes the text and sets the finish reason; a cancelled ctx becomes "cancelled"

@@ -21,6 +21,12 @@
 //     softmax over key partitions; output ⊙ σ(gate) → o_proj;
 //   - MLP: down(silu(gate(x)) ⊙ up(x)); residual adds in float32.
 //
+// For speculative decoding (docs/speculative.md) a step can also record the output rows of
+// chosen decoder layers (StepWith's Taps: a drafter's context features) and the per-row inputs
+// of the GDN conv and delta rule (Keep), from which State.CommitPrefix adopts any prefix of a
+// verify step's rows by replaying only the GDN state; KV rows past the prefix are overwritten
+// later. Package modeltest builds small random models for the tests of the packages above.
+//
 // Weights are reached through Matrix, a "matrix × rows" function value: Dense wraps a
 // float32 row-major matrix; the packed (BLM) CPU kernels plug in the same way, so the dense
 // and packed paths share this graph. LoadCheckpoint builds a dense Model from a ModelOpt /

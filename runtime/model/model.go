@@ -185,6 +185,27 @@ type State struct {
 	k, v     [][]float32
 	layerIdx []int // per layer: its index among the GDN or the attention layers
 	arena    arena
+
+	// Taps of the last step (StepWith's StepOptions.Taps): [tapRows, tapWidth].
+	taps     []float32
+	tapRows  int
+	tapWidth int
+	// What CommitPrefix replays, recorded by the last step when StepOptions.Keep was set
+	// (keepRows rows; 0: nothing kept), per GDN layer.
+	keep         []gdnKeep
+	keepRows     int
+	keepChunkMin int       // the model's GDNChunkMin when the rows were kept
+	replayOut    []float32 // scratch for the replayed rows' discarded outputs
+}
+
+// gdnKeep is one GDN layer's per-row record of a Keep step: the raw (pre-conv) in_proj_qkv
+// rows, which give the conv state after any prefix of the rows, and the gated delta rule's
+// inputs, which replay the recurrent state.
+type gdnKeep struct {
+	raw     []float32 // [rows, ConvDim]
+	q, k    []float32 // [rows, KHeads·KDim], L2-normalised (q scaled by 1/√d_k)
+	v       []float32 // [rows, VHeads·VDim]
+	beta, g []float32 // [rows, VHeads]
 }
 
 // NewState allocates the state of a sequence of at most capacity positions (the context:
@@ -233,6 +254,7 @@ func (s *State) Capacity() int { return s.capacity }
 // overwritten as positions are reused).
 func (s *State) Reset() {
 	s.pos, s.slot, s.pending = 0, 0, -1
+	s.tapRows, s.keepRows = 0, 0
 	for i := range s.rec {
 		for j := range 2 {
 			clear(s.rec[i][j])
@@ -245,9 +267,17 @@ func (s *State) Reset() {
 // VDim], a view).
 func (s *State) Recurrent(gdn, slot int) []float32 { return s.rec[gdn][slot] }
 
+// Conv returns the conv state of the gdn-th GDN layer in slot ([ConvKernel−1, ConvDim], the
+// last raw inputs, oldest first; a view).
+func (s *State) Conv(gdn, slot int) []float32 { return s.conv[gdn][slot] }
+
+// GDNLayers returns the number of GDN layers (the range of Recurrent's and Conv's gdn).
+func (s *State) GDNLayers() int { return len(s.rec) }
+
 // Commit adopts the state written by the last Step of n rows: the slot flips and the
-// position advances by n. To keep only the first j < n rows of a Step (speculative
-// verification), Step those j rows again (it reads the same committed slot) and Commit(j).
+// position advances by n. To keep only the first j < n rows of a step (speculative
+// verification), run it with StepOptions.Keep and call CommitPrefix(j) instead (or Step
+// those j rows again, which reads the same committed slot, and Commit(j)).
 func (s *State) Commit(n int) error {
 	if s.pending < 0 || n != s.pending {
 		return fmt.Errorf("state: commit of %d rows, but the last step ran %d rows (-1: none pending)", n, s.pending)
@@ -255,7 +285,86 @@ func (s *State) Commit(n int) error {
 	s.slot ^= 1
 	s.pos += n
 	s.pending = -1
+	s.keepRows = 0
 	return nil
+}
+
+// Taps returns the tapped rows of the last step run with StepOptions.Taps: [rows,
+// len(Taps)·Hidden], row r holding, in the order of Taps, the output of each tapped decoder
+// layer for that row (the residual stream after the layer's MLP; id −1: the embeddings). It
+// is nil when the last step tapped nothing, and valid (a view) until the next step; Commit
+// and CommitPrefix leave it in place, so the rows of a committed prefix can be read after the
+// commit.
+func (s *State) Taps() []float32 {
+	if s.tapRows == 0 {
+		return nil
+	}
+	return s.taps[:s.tapRows*s.tapWidth]
+}
+
+// CommitPrefix adopts the first j rows (1 ≤ j ≤ rows) of the last step, which must have run
+// with StepOptions.Keep: for every GDN layer the conv state after row j−1 (the last
+// ConvKernel−1 raw inputs of the committed conv state followed by rows 0…j−1) and the
+// recurrent state after row j−1 (the gated delta rule replayed over the kept q, k, v, β, g of
+// those rows, from the slot the step read, with the algorithm Step would use for j rows) are
+// written into the slot the step wrote; the slot flips and the position advances by j. KV
+// rows past j are left to be overwritten by later steps (ARCHITECTURE.md §3.4; the
+// reference's gdn_commit, lithos-metal.md §4.5). j = rows is Commit(rows). Errors: no step
+// pending, the pending step did not keep its rows, j out of range; the state is unchanged.
+func (s *State) CommitPrefix(j int) error {
+	if s.pending < 0 {
+		return fmt.Errorf("state: commit of a %d-row prefix, but no step is pending", j)
+	}
+	if s.keepRows != s.pending {
+		return fmt.Errorf("state: commit of a %d-row prefix, but the pending step of %d rows did not keep its rows (StepOptions.Keep)", j, s.pending)
+	}
+	if j < 1 || j > s.pending {
+		return fmt.Errorf("state: commit of a %d-row prefix of a %d-row step: want 1 ≤ j ≤ %d", j, s.pending, s.pending)
+	}
+	if j == s.pending {
+		return s.Commit(j)
+	}
+	c := s.cfg
+	shape := GDNShape{KHeads: c.KHeads, VHeads: c.VHeads, KDim: c.KDim, VDim: c.VDim}
+	cd, kd, vd := c.ConvDim(), c.KHeads*c.KDim, c.VHeads*c.VDim
+	hist := c.ConvKernel - 1
+	read, write := s.slot, 1-s.slot
+	s.replayOut = grow(s.replayOut, j*vd)
+	for gi := range s.rec {
+		kp := &s.keep[gi]
+		src, dst := s.conv[gi][read], s.conv[gi][write]
+		for i := 0; i < hist; i++ {
+			if tau := j - hist + i; tau >= 0 {
+				copy(dst[i*cd:(i+1)*cd], kp.raw[tau*cd:(tau+1)*cd])
+			} else {
+				copy(dst[i*cd:(i+1)*cd], src[(hist+tau)*cd:(hist+tau+1)*cd])
+			}
+		}
+		q, k, v := kp.q[:j*kd], kp.k[:j*kd], kp.v[:j*vd]
+		beta, g := kp.beta[:j*c.VHeads], kp.g[:j*c.VHeads]
+		var err error
+		if j >= s.keepChunkMin {
+			err = GDNChunked(shape, s.replayOut, q, k, v, beta, g, j, s.rec[gi][read], s.rec[gi][write], DefaultChunk)
+		} else {
+			err = GDNRecurrent(shape, s.replayOut, q, k, v, beta, g, j, s.rec[gi][read], s.rec[gi][write])
+		}
+		if err != nil { // shapes are the state's own: not reached
+			return fmt.Errorf("state: replay of GDN layer %d: %w", gi, err)
+		}
+	}
+	s.slot ^= 1
+	s.pos += j
+	s.pending = -1
+	s.keepRows = 0
+	return nil
+}
+
+// grow returns buf resliced to n floats, reallocated when its capacity is short.
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
 }
 
 // Forward runs tokens at positions Pos()… (Step) and commits them. It returns the logits of
@@ -290,6 +399,20 @@ func (m *Model) Prefill(ctx context.Context, st *State, tokens []int32, chunk in
 	return logits, nil
 }
 
+// StepOptions select what a step (StepWith) computes and records besides the new state.
+type StepOptions struct {
+	// AllRows returns the logits of every row ([rows, Vocab]) instead of the last row's.
+	AllRows bool
+	// Taps lists decoder layer ids (−1 ≤ id < len(Layers); −1 is the embeddings) whose output
+	// rows the step records for State.Taps: the context features of a DSpark drafter
+	// (target_layer_ids; HF hidden_states[id+1], qwen35-and-quant.md §D.1).
+	Taps []int
+	// Keep records, per GDN layer and row, what State.CommitPrefix needs to adopt a prefix
+	// of the rows: the raw conv inputs and the gated delta rule's inputs
+	// ((ConvDim·2 + 2·VHeads)·4 bytes per row and layer).
+	Keep bool
+}
+
 // Step runs len(tokens) rows at positions Pos() … Pos()+len(tokens)−1: GDN layers read
 // their conv and recurrent state from slot Slot() and write the state after the last row to
 // the other slot; attention layers write their K/V rows at those positions (overwriting
@@ -299,6 +422,13 @@ func (m *Model) Prefill(ctx context.Context, st *State, tokens []int32, chunk in
 // vocabulary, positions past the capacity, a state of another model; ctx is checked between
 // layers (a cancelled Step leaves the committed state intact).
 func (m *Model) Step(ctx context.Context, st *State, tokens []int32, allRows bool) ([]float32, error) {
+	return m.StepWith(ctx, st, tokens, StepOptions{AllRows: allRows})
+}
+
+// StepWith is Step with options: the logits of every row (AllRows), the output rows of the
+// decoder layers in Taps (State.Taps), and the per-row record that lets State.CommitPrefix
+// adopt a prefix of the rows (Keep). Errors are Step's, and a tap id outside [−1, layers).
+func (m *Model) StepWith(ctx context.Context, st *State, tokens []int32, o StepOptions) ([]float32, error) {
 	c := &m.Cfg
 	n := len(tokens)
 	if st == nil || st.cfg != c {
@@ -315,10 +445,32 @@ func (m *Model) Step(ctx context.Context, st *State, tokens []int32, allRows boo
 			return nil, fmt.Errorf("step: token %d (row %d) is outside the vocabulary [0, %d)", t, i, c.Vocab)
 		}
 	}
-	st.pending = -1
+	for i, id := range o.Taps {
+		if id < -1 || id >= len(c.Layers) {
+			return nil, fmt.Errorf("step: tap %d is layer %d, outside [-1, %d)", i, id, len(c.Layers))
+		}
+	}
+	st.pending, st.tapRows, st.keepRows = -1, 0, 0
 	a := &st.arena
 	a.reset()
 	h := c.Hidden
+	tw := len(o.Taps) * h
+	if tw > 0 {
+		st.taps = grow(st.taps, n*tw)
+	}
+	tap := func(layer int, x []float32) {
+		for ti, id := range o.Taps {
+			if id != layer {
+				continue
+			}
+			for r := 0; r < n; r++ {
+				copy(st.taps[r*tw+ti*h:r*tw+(ti+1)*h], x[r*h:(r+1)*h])
+			}
+		}
+	}
+	if o.Keep && len(st.keep) != len(st.rec) {
+		st.keep = make([]gdnKeep, len(st.rec))
+	}
 	x := a.take(n * h)
 	for r, t := range tokens {
 		if err := m.W.Embed.Row(x[r*h:(r+1)*h], int(t)); err != nil {
@@ -326,6 +478,7 @@ func (m *Model) Step(ctx context.Context, st *State, tokens []int32, allRows boo
 		}
 	}
 	m.trace("hidden", 0, n, x)
+	tap(-1, x)
 	hn := a.take(n * h)
 	mix := a.take(n * h)
 	read, write := st.slot, 1-st.slot
@@ -339,7 +492,7 @@ func (m *Model) Step(ctx context.Context, st *State, tokens []int32, allRows boo
 		var err error
 		switch l.Kind {
 		case GDN:
-			err = m.gdnMixer(l, st, st.layerIdx[li], read, write, mix, hn, n)
+			err = m.gdnMixer(l, st, st.layerIdx[li], read, write, mix, hn, n, o.Keep)
 		case Attention:
 			err = m.attnMixer(l, st, st.layerIdx[li], mix, hn, n)
 		}
@@ -354,10 +507,11 @@ func (m *Model) Step(ctx context.Context, st *State, tokens []int32, allRows boo
 		}
 		Add(x, mix)
 		m.trace("hidden", li+1, n, x)
+		tap(li, x)
 		a.release(mark)
 	}
 	first := n - 1
-	if allRows {
+	if o.AllRows {
 		first = 0
 	}
 	rows := n - first
@@ -368,6 +522,12 @@ func (m *Model) Step(ctx context.Context, st *State, tokens []int32, allRows boo
 		return nil, fmt.Errorf("step: lm_head: %w", err)
 	}
 	st.pending = n
+	if tw > 0 {
+		st.tapRows, st.tapWidth = n, tw
+	}
+	if o.Keep {
+		st.keepRows, st.keepChunkMin = n, m.GDNChunkMin
+	}
 	return logits, nil
 }
 
@@ -379,7 +539,7 @@ func (m *Model) trace(kind string, layer, rows int, data []float32) {
 
 // gdnMixer is the Gated DeltaNet block (qwen35-and-quant.md §A.5): out = out_proj(
 // GatedRMSNorm(delta rule(conv(qkv)), z)).
-func (m *Model) gdnMixer(l *Layer, st *State, gi, read, write int, out, x []float32, n int) error {
+func (m *Model) gdnMixer(l *Layer, st *State, gi, read, write int, out, x []float32, n int, keep bool) error {
 	c := &m.Cfg
 	a := &st.arena
 	cd := c.ConvDim()
@@ -412,6 +572,15 @@ func (m *Model) gdnMixer(l *Layer, st *State, gi, read, write int, out, x []floa
 	L2Normalize(k, c.KDim, L2Eps, 1)
 	beta, g := a.take(n*c.VHeads), a.take(n*c.VHeads)
 	GDNGates(beta, g, aa, bb, l.NegA, l.DtBias, n)
+	if keep {
+		kp := &st.keep[gi]
+		for _, p := range []struct {
+			dst *[]float32
+			src []float32
+		}{{&kp.raw, qkv}, {&kp.q, q}, {&kp.k, k}, {&kp.v, v}, {&kp.beta, beta}, {&kp.g, g}} {
+			*p.dst = append((*p.dst)[:0], p.src...)
+		}
+	}
 	o := a.take(n * vd)
 	var err error
 	if n >= m.GDNChunkMin {

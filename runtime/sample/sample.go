@@ -89,6 +89,25 @@ func Uniform(seed uint64, pos int) float64 {
 	return rand.New(rand.NewPCG(seed, splitmix64(uint64(pos)))).Float64()
 }
 
+// Streams of UniformStream: independent draws at the same position for speculative sampling.
+const (
+	StreamDraft    = 1 // a sampled draft token (drafts drawn from the drafter's distribution)
+	StreamAccept   = 2 // the acceptance test of a sampled draft (u < p/q)
+	StreamResidual = 3 // the draw from the residual norm(max(0, p − q)) after a rejection
+)
+
+// UniformStream returns the uniform number in [0, 1) of stream at position pos under seed:
+// stream 0 is Uniform (the ordinary draw); other streams are independent of it and of each
+// other (the PCG is seeded with splitmix64(seed + stream·φ), φ = 0x9e3779b97f4a7c15), so a
+// speculative round's extra draws are counter-based like the ordinary one.
+func UniformStream(seed uint64, stream uint32, pos int) float64 {
+	if stream == 0 {
+		return Uniform(seed, pos)
+	}
+	s := splitmix64(seed + uint64(stream)*0x9e3779b97f4a7c15)
+	return rand.New(rand.NewPCG(s, splitmix64(uint64(pos)))).Float64()
+}
+
 // splitmix64 scrambles a counter into a well-mixed 64-bit stream selector.
 func splitmix64(x uint64) uint64 {
 	x += 0x9e3779b97f4a7c15
@@ -203,6 +222,80 @@ func (s *Sampler) Distribution(logits []float32) []float64 {
 		s.cand[i], s.prob[i] = x.id, x.q/kept
 	}
 	return s.prob
+}
+
+// Probs writes the distribution Sample draws from over the whole vocabulary into dst
+// (reallocated when shorter than logits; zero for the tokens top-k and top-p remove) and
+// returns dst[:len(logits)]; nil when greedy or no logit is finite. Draw(Probs(l), Uniform(seed,
+// pos)) is Sample(l, pos): the same sums in the same order.
+func (s *Sampler) Probs(dst []float64, logits []float32) []float64 {
+	probs := s.Distribution(logits)
+	if probs == nil {
+		return nil
+	}
+	if cap(dst) < len(logits) {
+		dst = make([]float64, len(logits))
+	}
+	dst = dst[:len(logits)]
+	clear(dst)
+	for i, id := range s.cand {
+		dst[id] = probs[i]
+	}
+	return dst
+}
+
+// Draw returns the first index, in increasing order, at which the cumulative sum of probs
+// exceeds u — Sample's rule; u ∈ [0, Σ probs), so [0, 1) for a distribution — or the last
+// index with a positive probability when rounding leaves the sum short of u (0 when none is
+// positive).
+func Draw(probs []float64, u float64) int {
+	var acc float64
+	last := 0
+	for i, q := range probs {
+		if q <= 0 {
+			continue
+		}
+		acc += q
+		last = i
+		if u < acc {
+			return i
+		}
+	}
+	return last
+}
+
+// Speculative is the speculative-sampling rule (Leviathan et al. 2023, "Fast Inference from
+// Transformers via Speculative Decoding", Algorithm 1; Chen et al. 2023, "Accelerating Large
+// Language Model Decoding with Speculative Sampling", Algorithm 2) for one draft token d drawn
+// from the drafter's distribution q, with p the target's distribution at the same position
+// (both over the whole vocabulary, after the same temperature/top-k/top-p transform): d is
+// accepted with probability min(1, p[d]/q[d]) — when u·q[d] < p[d], u uniform in [0, 1) —
+// and otherwise replaced by a draw with u2 from the residual norm(max(0, p − q)). The token
+// returned is then distributed exactly as p whatever q is: P(d accepted and = x) = min(q_x,
+// p_x), and the residual carries the missing mass p_x − min(q_x, p_x). resid is scratch of
+// len(p) (nil allocates). When the residual is zero (p = q up to rounding), the replacement
+// is drawn from p.
+func Speculative(p, q []float64, d int, u, u2 float64, resid []float64) (tok int, accepted bool) {
+	if d >= 0 && d < len(p) && d < len(q) && u*q[d] < p[d] {
+		return d, true
+	}
+	if cap(resid) < len(p) {
+		resid = make([]float64, len(p))
+	}
+	resid = resid[:len(p)]
+	var sum float64
+	for i, pi := range p {
+		r := pi
+		if i < len(q) {
+			r -= q[i]
+		}
+		resid[i] = max(r, 0)
+		sum += resid[i]
+	}
+	if !(sum > 0) {
+		return Draw(p, u2), false
+	}
+	return Draw(resid, u2*sum), false
 }
 
 // Candidates returns the ids Distribution kept, in increasing order, parallel to its result.

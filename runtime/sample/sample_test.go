@@ -198,3 +198,130 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestProbsDrawIsSample: Draw over Probs with the position's uniform is Sample, token for
+// token, for every transform (the speculative round samples the target's rows this way).
+func TestProbsDrawIsSample(t *testing.T) {
+	for _, p := range []Params{
+		{Temperature: 1, TopP: 1, Seed: 1}, {Temperature: 0.6, TopK: 3, TopP: 1, Seed: 2},
+		{Temperature: 1.4, TopP: 0.7, Seed: 3}, {Temperature: 1, TopK: 5, TopP: 0.8, Seed: 4},
+	} {
+		s, _ := New(p)
+		var buf []float64
+		for pos := range 3000 {
+			buf = s.Probs(buf, testLogits)
+			if len(buf) != len(testLogits) {
+				t.Fatalf("%+v: %d probabilities", p, len(buf))
+			}
+			if got, want := Draw(buf, Uniform(p.Seed, pos)), s.Sample(testLogits, pos); got != want {
+				t.Fatalf("%+v, position %d: Draw(Probs) = %d, Sample = %d", p, pos, got, want)
+			}
+		}
+	}
+	if s, _ := New(Params{TopP: 1}); s.Probs(nil, testLogits) != nil {
+		t.Error("greedy Probs is not nil")
+	}
+}
+
+// TestUniformStreams: stream 0 is Uniform; other streams differ from it and from each other.
+func TestUniformStreams(t *testing.T) {
+	same := [4]int{}
+	for pos := range 1000 {
+		u0 := UniformStream(5, 0, pos)
+		if u0 != Uniform(5, pos) {
+			t.Fatal("stream 0 is not Uniform")
+		}
+		for st := uint32(1); st <= 3; st++ {
+			if UniformStream(5, st, pos) == u0 {
+				same[st]++
+			}
+		}
+		if UniformStream(5, StreamAccept, pos) == UniformStream(5, StreamDraft, pos) {
+			same[0]++
+		}
+	}
+	if same != [4]int{} {
+		t.Errorf("equal draws across streams: %v", same)
+	}
+}
+
+// TestSpeculativeMatchesP: drafts drawn from a deliberately bad q (the reversed distribution;
+// one with mass on two tokens only), accepted with min(1, p/q) and otherwise replaced from
+// norm(max(0, p − q)), give tokens distributed as p (χ² below the 0.999 quantile over 60,000
+// deterministic draws), not as q; the acceptance rate is Σ min(p, q).
+func TestSpeculativeMatchesP(t *testing.T) {
+	const n = 60000
+	p := softmax64(testLogits, 1, nil)
+	rev := make([]float32, len(testLogits))
+	for i, l := range testLogits {
+		rev[i] = -l
+	}
+	cases := map[string][]float64{
+		"reversed": softmax64(rev, 1, nil),
+		"two tokens": func() []float64 {
+			q := make([]float64, len(p))
+			q[4], q[1] = 0.7, 0.3 // p's two least likely tokens
+			return q
+		}(),
+		"q = p": p,
+	}
+	for name, q := range cases {
+		t.Run(name, func(t *testing.T) {
+			counts := make([]int, len(p))
+			accepted := 0
+			var resid []float64
+			for i := range n {
+				d := Draw(q, UniformStream(11, StreamDraft, i))
+				if q[d] == 0 {
+					t.Fatalf("drew draft %d with q = 0", d)
+				}
+				tok, ok := Speculative(p, q, d, UniformStream(11, StreamAccept, i), UniformStream(11, StreamResidual, i), resid)
+				counts[tok]++
+				if ok {
+					accepted++
+					if tok != d {
+						t.Fatalf("accepted draft %d returned token %d", d, tok)
+					}
+				}
+			}
+			x2 := chiSquare(t, counts, p, n)
+			t.Logf("counts %v, χ² %.2f vs p (0.999 quantile %.2f), acceptance %.4f", counts, x2, chi2Crit999[7], float64(accepted)/n)
+			if x2 > chi2Crit999[7] {
+				t.Errorf("χ² %.2f: the tokens do not follow p", x2)
+			}
+			var overlap float64
+			for i := range p {
+				overlap += math.Min(p[i], q[i])
+			}
+			if rate, sd := float64(accepted)/n, math.Sqrt(overlap*(1-overlap)/n); math.Abs(rate-overlap) > 5*sd+1e-12 {
+				t.Errorf("acceptance %.4f, want Σ min(p, q) = %.4f", rate, overlap)
+			}
+			if name != "q = p" {
+				var wrong float64
+				for i, c := range counts {
+					e := q[i] * n
+					if e == 0 {
+						if c > 0 {
+							wrong = math.Inf(1)
+						}
+						continue
+					}
+					wrong += (float64(c) - e) * (float64(c) - e) / e
+				}
+				if wrong < 10*chi2Crit999[7] {
+					t.Errorf("the tokens are also consistent with q (χ² %.2f)", wrong)
+				}
+			}
+		})
+	}
+	// A draft the target gives no probability (removed by top-k) or outside the vocabulary is
+	// never accepted, nor returned.
+	pk := softmax64(testLogits, 1, []int{3, 0, 6})
+	for _, d := range []int{4, -1, len(p)} {
+		for _, u := range []float64{0, 0.5} {
+			if tok, ok := Speculative(pk, cases["reversed"], d, u, 0.5, nil); ok || pk[tok] == 0 {
+				t.Errorf("draft %d: token %d, accepted %v", d, tok, ok)
+			}
+		}
+	}
+}

@@ -1,8 +1,9 @@
 // Package gentest builds small bundles for the tests of lithos/runtime/generate and
 // cmd/lithos-run: the golden checkpoint testdata/goldens/qwen35-b (a 4-layer Qwen3.5 hybrid,
-// vocabulary 608, with transformers goldens) plus a tiny byte-level BPE tokenizer.json in the
-// Qwen layout, a tokenizer_config.json with a ChatML chat template and a generation_config.json,
-// packed with lithos/pack.
+// vocabulary 608, with transformers goldens; or qwen35-a) plus a tiny byte-level BPE
+// tokenizer.json in the Qwen layout, a tokenizer_config.json with a ChatML chat template and a
+// generation_config.json, packed with lithos/pack — optionally with a random DSpark draft head
+// (WriteDraft) for the speculative-decoding tests.
 //
 // The tokenizer is made here, not taken from a model: ids 0–255 are the 256 byte-level symbols
 // (id = byte value), ids 256… the merges listed in Merges, and the special tokens
@@ -122,12 +123,21 @@ type Options struct {
 	EOS []int
 	// NoTokenizer leaves out tokenizer.json and tokenizer_config.json.
 	NoTokenizer bool
+	// Golden is the target checkpoint: "b" ("" means it) or "a" (8 layers, vocabulary 1024).
+	Golden string
+	// Draft is a DSpark draft head's checkpoint directory (WriteDraft) packed with the target
+	// in DraftFormat (pack.DraftNVFP4, "" means it, or pack.DraftBF16); "" packs none.
+	Draft, DraftFormat string
 }
 
-// Bundle writes the fixture checkpoint under dir/ckpt and packs it into dir/b.lithos, whose
-// path it returns.
+// Bundle writes the fixture checkpoint under dir/ckpt and packs it (with opt.Draft when set)
+// into dir/b.lithos, whose path it returns.
 func Bundle(ctx context.Context, dir string, opt Options) (string, error) {
-	src := GoldenDir("b")
+	golden := opt.Golden
+	if golden == "" {
+		golden = "b"
+	}
+	src := GoldenDir(golden)
 	ck := filepath.Join(dir, "ckpt")
 	if err := os.MkdirAll(ck, 0o755); err != nil {
 		return "", err
@@ -158,18 +168,14 @@ func Bundle(ctx context.Context, dir string, opt Options) (string, error) {
 		}
 	}
 	out := filepath.Join(dir, "b.lithos")
-	if err := packBundle(ctx, ck, out); err != nil {
+	if _, err := pack.Build(ctx, pack.Options{Target: ck, Out: out, Draft: opt.Draft, DraftFormat: opt.DraftFormat,
+		Workers: 2, ToolVersion: "gentest", Log: quiet()}); err != nil {
 		return "", fmt.Errorf("gentest: pack %s: %w", ck, err)
 	}
 	return out, nil
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func packBundle(ctx context.Context, src, out string) error {
-	_, err := pack.Build(ctx, pack.Options{Target: src, Out: out, Workers: 2, ToolVersion: "gentest", Log: quiet()})
-	return err
-}
 
 // Goldens reads testdata/goldens/qwen35-<name>/goldens.safetensors: the prompts
 // ("prompt.1", "prompt.11", "prompt.200") and greedy continuations ("greedy.N") as int32, the

@@ -1,0 +1,246 @@
+package generate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"lithos/manifests"
+)
+
+// BenchReport is what Runner.Bench measured: plain decoding and speculative rounds on the same
+// prompt, each against a floor measured in the same run (ARCHITECTURE.md §5): the tokens per
+// second the passes would give if each were bound by reading its bytes at the machine's
+// measured memory read bandwidth.
+type BenchReport struct {
+	Bundle  string `json:"bundle"`
+	Backend string `json:"backend"`
+	// Threads is GOMAXPROCS; ReadGBs the memory read bandwidth measured before the runs
+	// (best of 5 parallel reads of 256 MiB; GB = 1e9 bytes).
+	Threads int     `json:"threads"`
+	ReadGBs float64 `json:"read_gb_per_s"`
+	// TargetBytesPerPass is the bytes one target pass reads (every matrix and vector of the
+	// target, one embedding row); DraftBytesPerRound the bytes the drafter reads per round
+	// (its matrices and vectors, the target's LM head it projects with, B rows of the
+	// embedding and of the Markov table). 0 without a draft head.
+	TargetBytesPerPass int64 `json:"target_bytes_per_pass"`
+	DraftBytesPerRound int64 `json:"draft_bytes_per_round"`
+	PromptTokens       int   `json:"prompt_tokens"`
+	// Plain is the run without the draft head; Speculative with it (null without one).
+	Plain       BenchRun  `json:"plain"`
+	Speculative *BenchRun `json:"speculative"`
+	// Identical reports whether the two runs generated the same tokens (they must for greedy
+	// decoding and the point-mass rule).
+	Identical bool `json:"identical"`
+}
+
+// BenchRun is one mode of BenchReport: the best of the runs by decode rate.
+type BenchRun struct {
+	// Tokens is the tokens generated; DecodeTokens those of the decode passes (the first
+	// comes from the prefill), DecodeSeconds their time, DecodeTokPerS their rate.
+	Tokens        int     `json:"tokens"`
+	DecodeTokens  int     `json:"decode_tokens"`
+	DecodeSeconds float64 `json:"decode_seconds"`
+	DecodeTokPerS float64 `json:"decode_tok_per_s"`
+	// Passes is the target passes of the decode (rounds and single-row steps);
+	// TokensPerPass = DecodeTokens ÷ Passes.
+	Passes        int     `json:"passes"`
+	TokensPerPass float64 `json:"tokens_per_pass"`
+	// BytesRead is the bytes the decode passes read (target passes, drafter rounds);
+	// FloorTokPerS = DecodeTokens ÷ (BytesRead ÷ read bandwidth); XFloor = DecodeTokPerS ÷
+	// FloorTokPerS (1: as fast as the memory bus allows).
+	BytesRead    int64   `json:"bytes_read"`
+	FloorTokPerS float64 `json:"floor_tok_per_s"`
+	XFloor       float64 `json:"x_floor"`
+	// Speculative is the round telemetry (null for the plain run).
+	Speculative *Speculative `json:"speculative,omitempty"`
+	// PrefillTokPerS is the prompt rate.
+	PrefillTokPerS float64 `json:"prefill_tok_per_s"`
+	generated      []int32
+}
+
+// Bench runs req runs times without and (when the runner has a draft head) with it, and
+// reports the best decode rate of each mode against its floor. req.NoDraft is ignored; a stop
+// string or an EOS may end a run early (give MaxTokens and a prompt that run long). Errors:
+// req's (Generate's), runs < 1.
+func (r *Runner) Bench(ctx context.Context, req Request, runs int) (*BenchReport, error) {
+	if runs < 1 {
+		return nil, fmt.Errorf("bench: %d runs: want at least 1", runs)
+	}
+	rep := &BenchReport{Bundle: r.Bundle.Dir, Backend: r.Backend.Name(), Threads: runtime.GOMAXPROCS(0), ReadGBs: MeasureReadBandwidth(256 << 20)}
+	rep.TargetBytesPerPass, rep.DraftBytesPerRound = PassBytes(r.Bundle.Manifest)
+	req.OnText, req.OnToken = nil, nil
+	one := func(noDraft bool) (*BenchRun, error) {
+		var best *BenchRun
+		for range runs {
+			req.NoDraft = noDraft
+			res, err := r.Generate(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			rep.PromptTokens = res.PromptTokens
+			run := &BenchRun{Tokens: len(res.Tokens), DecodeTokPerS: res.DecodeTokPerS, Passes: res.Rounds,
+				TokensPerPass: res.TokensPerRound, Speculative: res.Speculative, PrefillTokPerS: res.PrefillTokPerS, generated: res.Tokens}
+			run.DecodeTokens = int(float64(res.Rounds)*res.TokensPerRound + 0.5)
+			if res.DecodeTokPerS > 0 {
+				run.DecodeSeconds = float64(run.DecodeTokens) / res.DecodeTokPerS
+			}
+			run.BytesRead = int64(res.Rounds) * rep.TargetBytesPerPass
+			if s := res.Speculative; s != nil {
+				run.BytesRead += int64(s.Rounds) * rep.DraftBytesPerRound
+			}
+			if run.BytesRead > 0 && rep.ReadGBs > 0 {
+				run.FloorTokPerS = float64(run.DecodeTokens) / (float64(run.BytesRead) / (rep.ReadGBs * 1e9))
+				run.XFloor = run.DecodeTokPerS / run.FloorTokPerS
+			}
+			if best == nil || run.DecodeTokPerS > best.DecodeTokPerS {
+				best = run
+			}
+		}
+		return best, nil
+	}
+	plain, err := one(true)
+	if err != nil {
+		return nil, err
+	}
+	rep.Plain = *plain
+	if r.Draft != nil {
+		if rep.Speculative, err = one(false); err != nil {
+			return nil, err
+		}
+		rep.Identical = slices.Equal(plain.generated, rep.Speculative.generated)
+	}
+	if rep.Plain.DecodeTokens == 0 {
+		return rep, errors.New("bench: the run ended at the first token (EOS or a stop string): nothing was decoded")
+	}
+	return rep, nil
+}
+
+// PassBytes returns the bytes a target pass reads and the bytes a drafter round reads, from a
+// bundle's manifest: every target tensor in full except the embedding table (one row
+// gathered); for the draft head every draft tensor in full except gathered tables (block_size
+// rows each, the Markov W1), plus the target's LM head (the head projects its block with it)
+// and block_size target embedding rows. The KV caches, the GDN states and the drafter's
+// context K/V are not counted.
+func PassBytes(m *manifests.Bundle) (target, draft int64) {
+	block := int64(7)
+	if m.Draft != nil {
+		if bs := draftBlockSize(m.Draft.Config); bs > 0 {
+			block = int64(bs)
+		}
+	}
+	var lmHead, embedRow int64
+	for i := range m.Tensors {
+		t := &m.Tensors[i]
+		gathered := t.Role == manifests.RoleEmbedding && len(t.Shape) > 0 && t.Shape[0] > 0
+		row := t.Length
+		if gathered {
+			row = t.Length / t.Shape[0]
+		}
+		switch {
+		case t.Model == manifests.ModelTarget && gathered:
+			target += row
+			embedRow = row
+		case t.Model == manifests.ModelTarget:
+			target += t.Length
+			if isLMHead(t) {
+				lmHead = t.Length
+			}
+		case t.Model == manifests.ModelDraft && gathered:
+			draft += block * row
+		case t.Model == manifests.ModelDraft:
+			draft += t.Length
+		}
+	}
+	if m.Draft == nil {
+		return target, 0
+	}
+	return target, draft + lmHead + block*embedRow
+}
+
+// isLMHead reports whether t holds the target's lm_head.weight.
+func isLMHead(t *manifests.BundleTensor) bool {
+	if t.Name == "lm_head" {
+		return true
+	}
+	if t.Stack != nil {
+		for _, s := range t.Stack.Segments {
+			if s.Name == "lm_head.weight" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// draftBlockSize reads block_size from a draft config (0 when absent or unreadable).
+func draftBlockSize(raw []byte) int {
+	var c struct {
+		BlockSize int `json:"block_size"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return 0
+	}
+	return c.BlockSize
+}
+
+var (
+	bwMu   sync.Mutex
+	bwSink uint64
+)
+
+// MeasureReadBandwidth returns this machine's memory read bandwidth in GB/s (1e9 bytes):
+// the best of 5 passes summing a buffer of n bytes (larger than the caches: 256 MiB) split
+// over GOMAXPROCS goroutines.
+func MeasureReadBandwidth(n int) float64 {
+	words := make([]uint64, max(n/8, 1))
+	for i := range words {
+		words[i] = uint64(i)
+	}
+	w := runtime.GOMAXPROCS(0)
+	per := (len(words) + w - 1) / w
+	best := time.Duration(1 << 62)
+	var total uint64
+	for range 5 {
+		sums := make([]uint64, w)
+		t := time.Now()
+		var wg sync.WaitGroup
+		for g := 0; g < w; g++ {
+			lo, hi := g*per, min((g+1)*per, len(words))
+			if lo >= hi {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var a, b, c, d uint64
+				s := words[lo:hi]
+				i := 0
+				for ; i+4 <= len(s); i += 4 {
+					a += s[i]
+					b += s[i+1]
+					c += s[i+2]
+					d += s[i+3]
+				}
+				for ; i < len(s); i++ {
+					a += s[i]
+				}
+				sums[g] = a + b + c + d
+			}()
+		}
+		wg.Wait()
+		best = min(best, time.Since(t))
+		for _, s := range sums {
+			total += s
+		}
+	}
+	bwMu.Lock()
+	bwSink += total // keeps the sums observable
+	bwMu.Unlock()
+	return float64(8*len(words)) / best.Seconds() / 1e9
+}
