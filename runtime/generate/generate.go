@@ -26,6 +26,7 @@ import (
 
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
+	"lithos/runtime/backend/cuda"
 	"lithos/runtime/bundle"
 	"lithos/runtime/chat"
 	"lithos/runtime/sample"
@@ -33,15 +34,25 @@ import (
 )
 
 // Backends are the backend names Open accepts; "auto" picks the best available (today: cpu).
-var Backends = []string{"auto", "cpu"}
+var Backends = []string{"auto", "cpu", "cuda"}
 
-// NewBackend returns the backend called name ("auto" or "cpu").
+// NewBackend returns the backend called name ("auto", "cpu" or "cuda"). "cuda" is the NVIDIA
+// backend (runtime/backend/cuda: greedy decode; its Load says what is missing — driver, GPU,
+// memory); "auto" picks it once it serves every request the CPU does (cuda.RunsModels) and a
+// usable GPU is present (cuda.Usable), else the CPU.
 func NewBackend(name string) (backend.Backend, error) {
 	switch name {
-	case "auto", "cpu", "":
+	case "auto", "":
+		if cuda.RunsModels && cuda.Usable() == nil {
+			return cuda.Backend{}, nil
+		}
 		return cpu.Backend{}, nil
+	case "cpu":
+		return cpu.Backend{}, nil
+	case "cuda":
+		return cuda.Backend{}, nil
 	}
-	return nil, fmt.Errorf("backend %q: want one of %s (metal and cuda are not built yet)", name, strings.Join(Backends, ", "))
+	return nil, fmt.Errorf("backend %q: want one of %s (metal is not built yet)", name, strings.Join(Backends, ", "))
 }
 
 // Files read from a bundle, and their size limits (bytes).

@@ -1,0 +1,159 @@
+//go:build linux && amd64
+
+package cuda
+
+import (
+	"fmt"
+	"time"
+
+	"lithos/kernels"
+)
+
+// Kernels is lithos's kernel module — kernels.Source(kernels.CUDA), every op of
+// ARCHITECTURE.md §3.4 generated from the shared templates — compiled for the device and
+// loaded, with each entry point resolved.
+type Kernels struct {
+	d      *Device
+	Module *Module
+	fns    map[string]kfn
+	// Cached tells whether the module came from the disk cache; Compile is the time to
+	// compile (or read) and load it.
+	Cached  bool
+	Compile time.Duration
+}
+
+type kfn struct {
+	f *Function
+	k kernels.Kernel
+}
+
+// LoadKernels compiles (or reads from the disk cache) and loads the kernel module and
+// resolves every kernel of kernels.Kernels(). Errors: a compilation error (with NVRTC's log),
+// a kernel missing from the module, a kernel whose threadgroup size exceeds what the loaded
+// code allows.
+func (d *Device) LoadKernels() (ks *Kernels, err error) {
+	start := time.Now()
+	var src string
+	var list []kernels.Kernel
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("cuda: generate the kernel source: %v", r)
+			}
+		}()
+		src, list = kernels.Source(kernels.CUDA), kernels.Kernels()
+	}()
+	if err != nil {
+		return nil, err
+	}
+	c, err := Compile("lithos_kernels.cu", src, d.Info.Arch())
+	if err != nil {
+		return nil, err
+	}
+	m, err := d.LoadImage("lithos_kernels.cu", c.Image)
+	if err != nil {
+		return nil, err
+	}
+	ks = &Kernels{d: d, Module: m, fns: map[string]kfn{}, Cached: c.Cached}
+	for _, k := range list {
+		f, err := m.Function(k.Name)
+		if err != nil {
+			m.Unload()
+			return nil, err
+		}
+		if f.MaxThreads < k.Threads {
+			m.Unload()
+			return nil, fmt.Errorf("cuda: kernel %s: %d threads per block, the loaded code allows %d (%d registers)", k.Name, k.Threads, f.MaxThreads, f.Registers)
+		}
+		ks.fns[k.Name] = kfn{f, k}
+	}
+	ks.Compile = time.Since(start)
+	return ks, nil
+}
+
+// Function returns a loaded kernel and its description.
+func (ks *Kernels) Function(name string) (*Function, kernels.Kernel, bool) {
+	e, ok := ks.fns[name]
+	return e.f, e.k, ok
+}
+
+// Launch queues kernel name on s over grid (in blocks of the kernel's Threads) with the
+// calling convention of lithos/kernels: ctl (the step state words), prm (the parameter
+// record), then one device address per buffer of the kernel, in Kernel.Buffers order.
+// Errors name the kernel and the rule broken (unknown kernel, wrong buffer count, an empty
+// grid, a null address).
+func (ks *Kernels) Launch(s *Stream, name string, grid [3]uint32, ctl, prm uint64, bufs ...uint64) error {
+	e, ok := ks.fns[name]
+	if !ok {
+		return fmt.Errorf("cuda: no kernel %s in the module", name)
+	}
+	if len(bufs) != len(e.k.Buffers) {
+		return fmt.Errorf("cuda: kernel %s takes %d buffers, got %d", name, len(e.k.Buffers), len(bufs))
+	}
+	if grid[0] == 0 || grid[1] == 0 || grid[2] == 0 {
+		return fmt.Errorf("cuda: kernel %s: empty grid %v", name, grid)
+	}
+	if ctl == 0 || prm == 0 {
+		return fmt.Errorf("cuda: kernel %s: null ctl or parameter record", name)
+	}
+	args := make([]any, 0, 2+len(bufs))
+	args = append(args, ctl, prm)
+	for i, b := range bufs {
+		if b == 0 {
+			return fmt.Errorf("cuda: kernel %s: buffer %s is null", name, e.k.Buffers[i].Name)
+		}
+		args = append(args, b)
+	}
+	return e.f.Launch(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), 0, args...)
+}
+
+// Unload unloads the module.
+func (ks *Kernels) Unload() error { return ks.Module.Unload() }
+
+// Records is an arena of parameter records in device memory: a program adds the records of
+// its launches (Add gives each one's offset), uploads them once (Upload), and its launches —
+// recorded into a graph — read them there. Records are 16-byte aligned.
+type Records struct {
+	host []byte
+	Buf  *Buffer
+}
+
+// Add appends the record of params (kernels.Record) and returns its byte offset.
+func (r *Records) Add(params any) int64 {
+	b := kernels.Record(params)
+	off := int64(len(r.host))
+	r.host = append(r.host, b...)
+	for len(r.host)%16 != 0 {
+		r.host = append(r.host, 0)
+	}
+	return off
+}
+
+// Len returns the arena's bytes so far.
+func (r *Records) Len() int64 { return int64(len(r.host)) }
+
+// Upload copies the records to a new device buffer (replacing an earlier one).
+func (r *Records) Upload(d *Device) error {
+	if r.Buf != nil {
+		r.Buf.Free()
+	}
+	b, err := d.Upload(r.host)
+	if err != nil {
+		return fmt.Errorf("cuda: parameter records: %w", err)
+	}
+	r.Buf = b
+	return nil
+}
+
+// At returns the device address of the record at off (after Upload).
+func (r *Records) At(off int64) uint64 { return r.Buf.At(off) }
+
+// Free releases the device buffer.
+func (r *Records) Free() error {
+	if r.Buf == nil {
+		return nil
+	}
+	err := r.Buf.Free()
+	r.Buf = nil
+	return err
+}

@@ -1,0 +1,199 @@
+//go:build linux && amd64
+
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"lithos/formats"
+	"lithos/kernels"
+	"lithos/manifests"
+	"lithos/pack/blm"
+	"lithos/runtime/backend/cpu"
+	"lithos/runtime/bundle"
+	"lithos/runtime/model"
+
+	"golang.org/x/sys/unix"
+)
+
+// Matrix is a BLM-packed tensor of the bundle in device memory, used as packed: Ptr is its
+// packed bytes (Geometry.TotalBytes) inside the uploaded weights, Scales its row-scale table
+// right after them.
+type Matrix struct {
+	Name        string
+	Geometry    blm.Geometry
+	Stack       blm.Stack
+	Ptr, Scales uint64
+}
+
+// Kernel returns the BLM kernel for rows activation rows of this matrix's format.
+func (m *Matrix) Kernel(rows int) (string, error) { return kernels.BLMKernel(m.Geometry.Format, rows) }
+
+// Target is a bundle's target model on the GPU: the whole weights.bin uploaded once into one
+// device buffer (the BLM layout used as packed: matrices are addressed at their manifest
+// offsets), the small vectors decoded to float32 with their transforms applied (one device
+// buffer, Vector gives each one's address), and the kernel module.
+type Target struct {
+	Device  *Device
+	Kernels *Kernels
+	Bundle  *bundle.Bundle
+	Cfg     model.Config
+
+	Weights *Buffer          // weights.bin
+	vecs    *Buffer          // float32 vectors
+	vecOff  map[string]int64 // byte offset in vecs, by runtime tensor name
+	vecLen  map[string]int   // floats
+	mats    map[string]*Matrix
+
+	Upload UploadStats // the weights upload
+	Load   time.Duration
+	owned  bool // Close also unloads the kernels and closes the device (Backend.Load)
+}
+
+// KernelFormats are the BLM formats the CUDA kernels read (lithos/kernels); a bundle with
+// a matrix in another format is refused by LoadTarget.
+var KernelFormats = []formats.Format{formats.NVFP4, formats.FP8, formats.BF16}
+
+// LoadTarget checks a bundle for the GPU — target architecture, config, every target matrix
+// in a format the kernels read, and the weights (plus the vectors) fitting the free device
+// memory — before any allocation, then uploads weights.bin staged through pinned memory (a
+// progress bar on a terminal) and the float32 vectors. Errors name the tensor or field.
+func LoadTarget(ctx context.Context, d *Device, ks *Kernels, b *bundle.Bundle) (*Target, error) {
+	start := time.Now()
+	m := b.Manifest
+	if !slices.Contains(cpu.Architectures, m.Target.Architecture) {
+		return nil, fmt.Errorf("bundle %s: the target is a %q model; this runtime runs %s", b.Dir, m.Target.Architecture, strings.Join(cpu.Architectures, ", "))
+	}
+	cfg, err := model.ParseConfig(m.Target.Config)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s: target.config: %w", b.Dir, err)
+	}
+	t := &Target{Device: d, Kernels: ks, Bundle: b, Cfg: cfg, vecOff: map[string]int64{}, vecLen: map[string]int{}, mats: map[string]*Matrix{}}
+	// Plan: matrices (views of the weights) and vectors (decoded here).
+	var host []float32
+	names := make([]string, 0, len(m.Tensors))
+	for i := range m.Tensors {
+		names = append(names, m.Tensors[i].Name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		bt, _ := b.Tensor(name)
+		if bt.Model != manifests.ModelTarget {
+			continue
+		}
+		switch bt.Encoding {
+		case manifests.EncodingBLM:
+			mx, err := b.Matrix(bt)
+			if err != nil {
+				return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
+			}
+			if !slices.Contains(KernelFormats, mx.Geometry.Format) {
+				return nil, fmt.Errorf("bundle %s: tensor %s is %s; the CUDA kernels read %v", b.Dir, name, mx.Geometry.Format, KernelFormats)
+			}
+			if mx.Geometry.TotalBytes >= 1<<32 {
+				return nil, fmt.Errorf("bundle %s: tensor %s: %d packed bytes; the CUDA kernels address < 4 GiB per matrix", b.Dir, name, mx.Geometry.TotalBytes)
+			}
+			t.mats[name] = &Matrix{Name: name, Geometry: mx.Geometry, Stack: mx.Stack, Ptr: uint64(bt.Offset), Scales: uint64(bt.Offset + mx.Geometry.TotalBytes)}
+		case manifests.EncodingPlain:
+			if bt.Role == manifests.RoleEmbedding || len(bt.Shape) > 1 && bt.Shape[0]*bt.Shape[1] > 1<<24 {
+				continue // gathered from the weights as stored
+			}
+			v, err := b.Floats(bt)
+			if err != nil {
+				return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
+			}
+			t.vecOff[name], t.vecLen[name] = int64(4*len(host)), len(v)
+			host = append(host, v...)
+			for len(host)%4 != 0 { // 16-byte aligned vectors
+				host = append(host, 0)
+			}
+		}
+	}
+	wbytes := int64(len(b.Weights()))
+	if err := d.Fit(fmt.Sprintf("bundle %s (weights.bin %.2f GB and %.1f MB of vectors)", b.Dir, float64(wbytes)/1e9, float64(4*len(host))/1e6), wbytes+int64(4*len(host))); err != nil {
+		return nil, err
+	}
+	// The upload reads the mapping once, front to back: ask the kernel to read ahead.
+	if w := b.Weights(); len(w) > 0 {
+		unix.Madvise(w, unix.MADV_SEQUENTIAL)
+		unix.Madvise(w, unix.MADV_WILLNEED)
+	}
+	if t.Weights, err = d.Alloc(max(wbytes, 1)); err != nil {
+		return nil, err
+	}
+	if t.Upload, err = d.UploadStaged(ctx, t.Weights, b.Weights(), "upload weights"); err != nil {
+		t.Close()
+		return nil, err
+	}
+	for _, mx := range t.mats {
+		mx.Ptr += t.Weights.Ptr
+		mx.Scales += t.Weights.Ptr
+	}
+	if len(host) > 0 {
+		if t.vecs, err = d.Upload(Float32Bytes(host)); err != nil {
+			t.Close()
+			return nil, err
+		}
+	}
+	t.Load = time.Since(start)
+	return t, nil
+}
+
+// Config returns the model's configuration.
+func (t *Target) Config() model.Config { return t.Cfg }
+
+// Matrix returns the packed matrix called name (a runtime tensor name: "lm_head",
+// "layers.0.mlp.gate_up", …).
+func (t *Target) Matrix(name string) (*Matrix, bool) {
+	m, ok := t.mats[name]
+	return m, ok
+}
+
+// Vector returns the device address and length (floats) of the float32 vector called name
+// (its manifest transform applied: 1 + w for the one_plus norms, −exp for A_log).
+func (t *Target) Vector(name string) (uint64, int, bool) {
+	off, ok := t.vecOff[name]
+	if !ok || t.vecs == nil {
+		return 0, 0, false
+	}
+	return t.vecs.At(off), t.vecLen[name], true
+}
+
+// TensorAt returns the device address of a tensor's bytes in the uploaded weights.
+func (t *Target) TensorAt(name string) (uint64, bool) {
+	bt, ok := t.Bundle.Tensor(name)
+	if !ok {
+		return 0, false
+	}
+	return t.Weights.At(bt.Offset), true
+}
+
+// Close frees the device buffers (not the bundle, the kernels or the device).
+func (t *Target) Close() error {
+	var err error
+	if t.vecs != nil {
+		err = t.vecs.Free()
+		t.vecs = nil
+	}
+	if t.Weights != nil {
+		if e := t.Weights.Free(); err == nil {
+			err = e
+		}
+		t.Weights = nil
+	}
+	if t.owned {
+		t.owned = false
+		if e := t.Kernels.Unload(); err == nil {
+			err = e
+		}
+		if e := t.Device.Close(); err == nil {
+			err = e
+		}
+	}
+	return err
+}
