@@ -94,7 +94,7 @@ type VisionConfig struct {
 type DraftConfig struct {
 	Kind                     string // "dspark" (Markov head present) or "dflash"
 	BlockSize                int    // tokens drafted per round; default 7 (lithos-metal.md §5.2)
-	TargetLayerIDs           []int  // target layers whose outputs feed fc
+	TargetLayerIDs           []int  // target decoder layers whose outputs feed fc (−1 = embedding); from target_layer_ids, or aux_hidden_state_layer_ids − 1
 	NumTargetLayers          int
 	MaskTokenID              int
 	MarkovRank               int // 0 when the head has no Markov head
@@ -425,10 +425,24 @@ func parseDraft(top object, archs []string) (*DraftConfig, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ids == nil {
-			if ids, err = o.ints("aux_hidden_state_layer_ids"); err != nil {
-				return nil, err
+		// speculators' aux_hidden_state_layer_ids count vLLM's captured states (aux id j =
+		// the output of decoder layer j−1, 0 = the embedding): target layer = j − 1.
+		aux, err := o.ints("aux_hidden_state_layer_ids")
+		if err != nil {
+			return nil, err
+		}
+		if aux != nil {
+			mapped := make([]int, len(aux))
+			for i, j := range aux {
+				if j < 0 {
+					return nil, fmt.Errorf("%s[%d]: %d: aux ids count vLLM's captured hidden states (0 = the embedding output), want ≥ 0", o.name("aux_hidden_state_layer_ids"), i, j)
+				}
+				mapped[i] = j - 1
 			}
+			if ids != nil && !slices.Equal(ids, mapped) {
+				return nil, fmt.Errorf("%s %v and %s %v (target layers %v) disagree", o.name("target_layer_ids"), ids, o.name("aux_hidden_state_layer_ids"), aux, mapped)
+			}
+			ids = mapped
 		}
 		if ids != nil {
 			d.TargetLayerIDs = ids

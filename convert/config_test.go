@@ -104,6 +104,19 @@ func TestParseDraftConfig(t *testing.T) {
 	if c.Draft.BlockSize != 7 || c.Draft.Kind != "dspark" || c.Draft.MarkovHeadType != "vanilla" || len(c.Draft.TargetLayerIDs) != 2 {
 		t.Errorf("nested draft %+v", c.Draft)
 	}
+	// speculators' aux_hidden_state_layer_ids count vLLM's captured states: aux j is target
+	// layer j−1 (0 the embedding output); with target_layer_ids too they must agree.
+	for _, extra := range []string{``, `, "target_layer_ids": [-1, 1, 4]`} {
+		c, err = ParseConfig([]byte(`{"architectures": ["DSparkDraftModel"], "hidden_size": 8, "intermediate_size": 16,
+		"num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 32, "markov_rank": 4,
+		"aux_hidden_state_layer_ids": [0, 2, 5]` + extra + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(c.Draft.TargetLayerIDs, []int{-1, 1, 4}) {
+			t.Errorf("aux ids [0 2 5]%s: target layers %v, want [-1 1 4]", extra, c.Draft.TargetLayerIDs)
+		}
+	}
 }
 
 func TestParseConfigErrors(t *testing.T) {
@@ -126,6 +139,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"hidden_size": 8, ` + base + `, "architectures": ["DSparkDraftModel"], "block_size": 0}`, []string{"block_size"}},
 		{`{"hidden_size": 8, ` + base + `, "lithos_quantization": {"format": "int4"}}`, []string{"lithos_quantization.format", "int4"}},
 		{`{"hidden_size": 8, ` + base + `} {}`, []string{"trailing"}},
+		{`{"hidden_size": 8, ` + base + `, "architectures": ["DSparkDraftModel"], "aux_hidden_state_layer_ids": [-1, 2]}`,
+			[]string{"aux_hidden_state_layer_ids[0]", "want ≥ 0"}},
+		{`{"hidden_size": 8, ` + base + `, "architectures": ["DSparkDraftModel"], "aux_hidden_state_layer_ids": [1, 2], "target_layer_ids": [1, 2]}`,
+			[]string{"target_layer_ids [1 2] and aux_hidden_state_layer_ids [1 2] (target layers [0 1]) disagree"}},
 	} {
 		_, err := ParseConfig([]byte(tc.json))
 		if err == nil {

@@ -49,9 +49,12 @@ The drafter owns no token embedding and no lm_head: callers pass the target's.
 Config keys (as testdata/dspark/tiny-bf16/config.json): hidden_size, intermediate_size,
 num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, vocab_size, rms_norm_eps,
 rope_theta (or rope_parameters.rope_theta), rope_scaling (or a rope_parameters object whose rope_type is
-not "default"), max_position_embeddings, hidden_act (silu), block_size,
-dflash_config.{mask_token_id, target_layer_ids}, target_hidden_size, markov_rank,
-markov_head_type (only "vanilla"), enable_confidence_head, confidence_head_with_markov.
+not "default"), max_position_embeddings, hidden_act (silu); at the top level or under dflash_config /
+dspark_config (nested wins, dspark_config first): block_size (default 7), mask_token_id,
+target_layer_ids (or aux_hidden_state_layer_ids = target_layer_ids + 1, vLLM's capture index),
+target_hidden_size, markov_rank (default 0: no Markov head), markov_head_type (only "vanilla"),
+enable_confidence_head (default False), confidence_head_with_markov (default False). The defaults
+are lithos' (runtime/draft ParseConfig); speculators' differ in block_size (8).
 RoPE scaling is transformers' own: the scaling object goes to Qwen3Config(rope_parameters=...) and the
 cos/sin tables come from Qwen3RotaryEmbedding (inverse frequencies from ROPE_INIT_FUNCTIONS[rope_type],
 cos/sin times its attention_scaling). lithos' Go drafter (runtime/draft) runs "default", "linear" and
@@ -85,9 +88,41 @@ def _get(cfg, key, default=None):
     return v
 
 
+def _draft_key(cfg, key, default=None):
+    """A DSpark key from dspark_config, else dflash_config, else the top level (the nested object
+    wins, dspark_config over dflash_config: lithos' runtime/draft ParseConfig order)."""
+    for sub in ("dspark_config", "dflash_config"):
+        v = (cfg.get(sub) or {}).get(key)
+        if v is not None:
+            return v
+    v = cfg.get(key)
+    return default if v is None else v
+
+
+def _tap_layers(cfg):
+    """target_layer_ids, or aux_hidden_state_layer_ids - 1: speculators/vLLM count aux ids in vLLM's
+    capture index (aux j = output of decoder layer j-1, 0 = the embedding output). Both: must agree."""
+    tap = _draft_key(cfg, "target_layer_ids")
+    aux = _draft_key(cfg, "aux_hidden_state_layer_ids")
+    if aux is not None:
+        if any(int(j) < 0 for j in aux):
+            raise ValueError(f"DSpark config: aux_hidden_state_layer_ids {aux}: aux ids are >= 0 (0 = the embedding output)")
+        mapped = [int(j) - 1 for j in aux]
+        if tap is not None and [int(i) for i in tap] != mapped:
+            raise ValueError(f"DSpark config: target_layer_ids {tap} and aux_hidden_state_layer_ids {aux} "
+                             f"(target layers {mapped}) disagree")
+        return mapped
+    if tap is None:
+        raise KeyError("DSpark config: missing 'dflash_config.target_layer_ids'")
+    return [int(i) for i in tap]
+
+
 def parse_config(cfg):
-    """Normalises a DSpark config dict (config.json) into the fields this module uses."""
-    dfl = cfg.get("dflash_config") or {}
+    """Normalises a DSpark config dict (config.json) into the fields this module uses.
+
+    Defaults are lithos' (runtime/draft ParseConfig): block_size 7, markov_rank 0 (no Markov head),
+    enable_confidence_head False, confidence_head_with_markov False (and False without a confidence
+    head); a confidence head with markov needs markov_rank > 0."""
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     rope_params = cfg.get("rope_parameters") or {}
     rope_theta = cfg.get("rope_theta")
@@ -98,15 +133,18 @@ def parse_config(cfg):
         rope_scaling = rope_params  # transformers 5 form: the scaling lives in rope_parameters
     if rope_theta is None:
         raise KeyError("DSpark config: missing 'rope_theta'")
-    tap = dfl.get("target_layer_ids", cfg.get("target_layer_ids"))
-    mask = dfl.get("mask_token_id", cfg.get("mask_token_id"))
-    if tap is None:
-        raise KeyError("DSpark config: missing 'dflash_config.target_layer_ids'")
+    tap = _tap_layers(cfg)
+    mask = _draft_key(cfg, "mask_token_id")
     if mask is None:
         raise KeyError("DSpark config: missing 'dflash_config.mask_token_id'")
-    head_type = cfg.get("markov_head_type", "vanilla")
-    if head_type != "vanilla":
+    markov_rank = int(_draft_key(cfg, "markov_rank", 0))
+    head_type = _draft_key(cfg, "markov_head_type", "vanilla")
+    if markov_rank > 0 and head_type != "vanilla":
         raise ValueError(f"DSpark config: markov_head_type {head_type!r}: only 'vanilla' is implemented")
+    conf = bool(_draft_key(cfg, "enable_confidence_head", False))
+    conf_markov = conf and bool(_draft_key(cfg, "confidence_head_with_markov", False))
+    if conf_markov and markov_rank == 0:
+        raise ValueError("DSpark config: confidence_head_with_markov needs a Markov head (markov_rank > 0)")
     out = dict(
         hidden_size=int(_get(cfg, "hidden_size")),
         intermediate_size=int(_get(cfg, "intermediate_size")),
@@ -120,14 +158,14 @@ def parse_config(cfg):
         rope_scaling=dict(rope_scaling) if rope_scaling else None,
         hidden_act=cfg.get("hidden_act", "silu"),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 32768)),
-        block_size=int(_get(cfg, "block_size")),
+        block_size=int(_draft_key(cfg, "block_size", 7)),
         mask_token_id=int(mask),
-        target_layer_ids=[int(i) for i in tap],
-        target_hidden_size=int(cfg.get("target_hidden_size", cfg["hidden_size"])),
-        markov_rank=int(cfg.get("markov_rank", 256)),
+        target_layer_ids=tap,
+        target_hidden_size=int(_draft_key(cfg, "target_hidden_size", cfg["hidden_size"])),
+        markov_rank=markov_rank,
         markov_head_type=head_type,
-        enable_confidence_head=bool(cfg.get("enable_confidence_head", True)),
-        confidence_head_with_markov=bool(cfg.get("confidence_head_with_markov", True)),
+        enable_confidence_head=conf,
+        confidence_head_with_markov=conf_markov,
     )
     if out["num_attention_heads"] % out["num_key_value_heads"]:
         raise ValueError("DSpark config: num_attention_heads must be a multiple of num_key_value_heads")
@@ -265,7 +303,8 @@ class DSparkDraft(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(c["hidden_size"], eps=c["rms_norm_eps"])
         self.layers = nn.ModuleList([DSparkLayer(c, qc) for _ in range(c["num_hidden_layers"])])
         self.norm = Qwen3RMSNorm(c["hidden_size"], eps=c["rms_norm_eps"])
-        self.markov_head = MarkovHead(c)
+        # No Markov head (and no markov_head.* tensors) with markov_rank 0.
+        self.markov_head = MarkovHead(c) if c["markov_rank"] > 0 else None
         if c["enable_confidence_head"]:
             self.confidence_head = ConfidenceHead(c)
         else:
@@ -376,7 +415,9 @@ class DSparkDraft(nn.Module):
         return F.linear(hn, lm_head_weight.to(hn.dtype))
 
     def markov_bias(self, prev):
-        """W2 @ W1[prev] [..., V] for previous tokens prev [...]."""
+        """W2 @ W1[prev] [..., V] for previous tokens prev [...]; a scalar 0 without a Markov head."""
+        if self.markov_head is None:
+            return torch.zeros((), dtype=self.fc.weight.dtype, device=prev.device)
         return self.markov_head.bias(prev)
 
     def confidence_logit(self, hn, prev):

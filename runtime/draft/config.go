@@ -13,8 +13,17 @@ import (
 // head (slot 0 = the anchor's own prediction) is a different block convention and is refused.
 var Architectures = []string{"DSparkDraftModel"}
 
-// MaxBlockSize bounds block_size (the tokens drafted per round).
+// MaxBlockSize bounds block_size (the tokens drafted per round). It is lithos's own
+// plausibility bound, not an upstream constant: it caps the per-State scratch (BlockSize·Vocab
+// logits) and the target's verify step of BlockSize+1 rows. Published heads use 7 (DSpark,
+// qwen35-and-quant.md §D.4), 8 (speculators' default, §D.4) and 16 (DFlash, §D.1).
 const MaxBlockSize = 64
+
+// MaxLayers bounds num_hidden_layers of a draft head (lithos's plausibility bound, not an
+// upstream constant: draft heads are shallow, the published 27B head has 5 layers,
+// qwen35-and-quant.md §D.4). It keeps a hostile config from sizing per-layer allocations
+// before any tensor is read.
+const MaxLayers = 256
 
 // Config is the geometry and the constants of a DSpark draft head (qwen35-and-quant.md §D.1,
 // §D.4; .notes/spec-design.md). Sizes are element counts.
@@ -31,8 +40,11 @@ type Config struct {
 
 	BlockSize    int   // block_size B: tokens drafted per round
 	MaskToken    int32 // dflash_config.mask_token_id: the id embedded in block slots 1 … B−1
-	TapLayers    []int // dflash_config.target_layer_ids, config order: the target decoder layers whose outputs are the context features (−1: the embedding output)
+	TapLayers    []int // dflash_config.target_layer_ids, config order: the target decoder layers whose outputs are the context features (−1: the embedding output); see the package doc for the tap convention
 	TargetHidden int   // target_hidden_size: width of one tapped target hidden state
+	// NumTargetLayers is num_target_layers, the depth of the target the head was trained with;
+	// 0 when the config does not say. A loader refuses a target of another depth.
+	NumTargetLayers int
 
 	MarkovRank           int  // markov_rank r; 0 = no Markov head (logits are the base logits)
 	Confidence           bool // enable_confidence_head
@@ -68,6 +80,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("draft config: %s = %d is not a plausible size", p.name, p.v)
 		}
 	}
+	if c.Layers > MaxLayers {
+		return fmt.Errorf("draft config: num_hidden_layers %d exceeds %d", c.Layers, MaxLayers)
+	}
 	if c.Heads%c.KVHeads != 0 {
 		return fmt.Errorf("draft config: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Heads, c.KVHeads)
 	}
@@ -92,9 +107,15 @@ func (c *Config) Validate() error {
 	if len(c.TapLayers) == 0 || len(c.TapLayers) > 1024 {
 		return fmt.Errorf("draft config: dflash_config.target_layer_ids must list 1 … 1024 target layers, got %d", len(c.TapLayers))
 	}
+	if c.NumTargetLayers < 0 || c.NumTargetLayers > 1<<20 {
+		return fmt.Errorf("draft config: num_target_layers %d is not a plausible depth", c.NumTargetLayers)
+	}
 	for _, id := range c.TapLayers {
 		if id < -1 || id >= 1<<20 {
 			return fmt.Errorf("draft config: dflash_config.target_layer_ids: %d is not a layer id", id)
+		}
+		if c.NumTargetLayers > 0 && id >= c.NumTargetLayers {
+			return fmt.Errorf("draft config: dflash_config.target_layer_ids: %d is not a layer of a num_target_layers %d target (−1 … %d)", id, c.NumTargetLayers, c.NumTargetLayers-1)
 		}
 	}
 	if int64(c.FeatureDim()) > 1<<26 {
@@ -116,9 +137,10 @@ func (c *Config) Validate() error {
 // rms_norm_eps (default 1e-6), rope_theta and rope_scaling / rope_parameters (default, linear or
 // yarn RoPE with transformers' keys and defaults, RopeScaling; the published 27B head is yarn;
 // where transformers 4 and 5 would read them differently it refuses), hidden_act (silu),
-// block_size (default 7), mask_token_id and target_layer_ids (or aux_hidden_state_layer_ids)
-// at the top level or under dflash_config / dspark_config (the nested object wins, as in
-// lithos/convert), target_hidden_size (default hidden_size), markov_rank (default 0),
+// block_size (default 7), mask_token_id and target_layer_ids (or aux_hidden_state_layer_ids,
+// vLLM capture indices: target layer = aux id − 1, tapLayers) at the top level or under
+// dflash_config / dspark_config (the nested object wins, as in lithos/convert),
+// num_target_layers (optional), target_hidden_size (default hidden_size), markov_rank (default 0),
 // markov_head_type (only "vanilla"), enable_confidence_head, confidence_head_with_markov.
 //
 // It refuses, naming the key: malformed JSON or values, an architecture other than
@@ -169,7 +191,7 @@ func ParseConfig(data []byte) (Config, error) {
 		{"vocab_size", &c.Vocab, 0, topObj}, {"hidden_size", &c.Hidden, 0, topObj},
 		{"intermediate_size", &c.Intermediate, 0, topObj}, {"num_hidden_layers", &c.Layers, 0, topObj},
 		{"num_attention_heads", &c.Heads, 0, topObj}, {"block_size", &c.BlockSize, 7, objs},
-		{"markov_rank", &c.MarkovRank, 0, objs},
+		{"markov_rank", &c.MarkovRank, 0, objs}, {"num_target_layers", &c.NumTargetLayers, 0, objs},
 	}
 	for _, f := range ints {
 		if *f.dst, _, err = integer(f.from, f.key, f.def); err != nil {
@@ -200,16 +222,8 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, fmt.Errorf("draft config: mask_token_id %d is too large", mask)
 	}
 	c.MaskToken = int32(mask)
-	if c.TapLayers, err = intList(objs, "target_layer_ids"); err != nil {
+	if c.TapLayers, err = tapLayers(objs); err != nil {
 		return Config{}, err
-	}
-	if c.TapLayers == nil {
-		if c.TapLayers, err = intList(objs, "aux_hidden_state_layer_ids"); err != nil {
-			return Config{}, err
-		}
-	}
-	if c.TapLayers == nil {
-		return Config{}, fmt.Errorf("draft config: dflash_config.target_layer_ids: missing")
 	}
 	eps, _, err := number(topObj, "rms_norm_eps", 1e-6)
 	if err != nil {
@@ -265,6 +279,41 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// tapLayers reads target_layer_ids, or aux_hidden_state_layer_ids converted to target layer
+// ids. speculators and vLLM count aux ids in vLLM's capture index (aux id j is the output of
+// decoder layer j−1, 0 the embedding output): vLLM adds 1 to target_layer_ids but passes aux
+// ids unchanged, and speculators' adapters convert target_layer_ids = [j−1 for j in aux].
+// Both present: they must name the same layers.
+func tapLayers(objs []obj) ([]int, error) {
+	taps, err := intList(objs, "target_layer_ids")
+	if err != nil {
+		return nil, err
+	}
+	aux, err := intList(objs, "aux_hidden_state_layer_ids")
+	if err != nil {
+		return nil, err
+	}
+	if aux == nil {
+		if taps == nil {
+			return nil, fmt.Errorf("draft config: dflash_config.target_layer_ids: missing")
+		}
+		return taps, nil
+	}
+	_, auxName, _ := lookup(objs, "aux_hidden_state_layer_ids")
+	ids := make([]int, len(aux))
+	for i, j := range aux {
+		if j < 0 {
+			return nil, fmt.Errorf("draft config: %s[%d] %d: aux ids count vLLM's captured hidden states (0 = the embedding output), want ≥ 0", auxName, i, j)
+		}
+		ids[i] = j - 1
+	}
+	if taps != nil && !slices.Equal(taps, ids) {
+		_, tapName, _ := lookup(objs, "target_layer_ids")
+		return nil, fmt.Errorf("draft config: %s %v and %s %v (target layers %v) disagree", tapName, taps, auxName, aux, ids)
+	}
+	return ids, nil
 }
 
 // obj is one JSON object of the config with the prefix its keys are named with in errors.

@@ -44,7 +44,7 @@ func TestParseConfigTiny(t *testing.T) {
 	}
 	want := draft.Config{Vocab: 1000, Hidden: 128, Intermediate: 384, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
 		RopeTheta: 1e7, Rope: draft.RopeScaling{Type: "default"}, RMSEps: 1e-6, BlockSize: 7, MaskToken: 999, TapLayers: []int{1, 3, 5}, TargetHidden: 128,
-		MarkovRank: 64, Confidence: true, ConfidenceWithMarkov: true}
+		NumTargetLayers: 8, MarkovRank: 64, Confidence: true, ConfidenceWithMarkov: true}
 	if c.FeatureDim() != 384 || c.ConfidenceDim() != 192 {
 		t.Errorf("feature dim %d, confidence dim %d", c.FeatureDim(), c.ConfidenceDim())
 	}
@@ -58,7 +58,8 @@ func TestParseConfigTiny(t *testing.T) {
 }
 
 // TestParseConfigForms: the keys may sit at the top level (speculators' aux_hidden_state_layer_ids
-// too) or under dspark_config; rope_theta may come from rope_parameters; defaults apply.
+// too, in vLLM's capture index: aux j is target layer j−1, 0 the embedding) or under
+// dspark_config; rope_theta may come from rope_parameters; defaults apply.
 func TestParseConfigForms(t *testing.T) {
 	c := tinyConfig(t)
 	delete(c, "dflash_config")
@@ -69,7 +70,7 @@ func TestParseConfigForms(t *testing.T) {
 	delete(c, "block_size")
 	delete(c, "confidence_head_with_markov")
 	c["mask_token_id"] = 5
-	c["aux_hidden_state_layer_ids"] = []int{-1, 2}
+	c["aux_hidden_state_layer_ids"] = []int{0, 3}
 	c["dspark_config"] = map[string]any{"mask_token_id": 7}
 	c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1e6}
 	got, err := parse(t, c)
@@ -79,6 +80,16 @@ func TestParseConfigForms(t *testing.T) {
 	if got.MaskToken != 7 || !slices.Equal(got.TapLayers, []int{-1, 2}) || got.RopeTheta != 1e6 || got.HeadDim != 32 ||
 		got.KVHeads != 4 || got.TargetHidden != 128 || got.BlockSize != 7 || got.ConfidenceWithMarkov || got.ConfidenceDim() != 128 {
 		t.Errorf("%+v", got)
+	}
+	// Both keys, naming the same layers: accepted.
+	c["target_layer_ids"] = []int{-1, 2}
+	if got, err := parse(t, c); err != nil || !slices.Equal(got.TapLayers, []int{-1, 2}) {
+		t.Errorf("target_layer_ids [-1 2] with aux [0 3]: %v, %v", got.TapLayers, err)
+	}
+	// num_target_layers under dspark_config.
+	c["dspark_config"] = map[string]any{"mask_token_id": 7, "num_target_layers": 3}
+	if got, err := parse(t, c); err != nil || got.NumTargetLayers != 3 {
+		t.Errorf("dspark_config.num_target_layers 3: %d, %v", got.NumTargetLayers, err)
 	}
 }
 
@@ -150,6 +161,21 @@ func TestParseConfigRefuses(t *testing.T) {
 		{"conf without markov", func(c map[string]any) { c["markov_rank"] = 0 }, "confidence_head_with_markov needs a Markov head"},
 		{"bool", func(c map[string]any) { c["enable_confidence_head"] = "yes" }, "enable_confidence_head: want true or false"},
 		{"eps", func(c map[string]any) { c["rms_norm_eps"] = 0 }, "rms_norm_eps must be in (0, 1]"},
+		{"layers", func(c map[string]any) { c["num_hidden_layers"] = 257 }, "num_hidden_layers 257 exceeds 256"},
+		{"tap past the target depth", func(c map[string]any) { c["num_target_layers"] = 5 }, "target_layer_ids: 5 is not a layer of a num_target_layers 5 target (−1 … 4)"},
+		{"aux negative", func(c map[string]any) {
+			delete(c["dflash_config"].(map[string]any), "target_layer_ids")
+			c["aux_hidden_state_layer_ids"] = []int{-1, 2}
+		}, "aux_hidden_state_layer_ids[0] -1: aux ids count vLLM's captured hidden states"},
+		{"aux disagrees", func(c map[string]any) { c["aux_hidden_state_layer_ids"] = []int{1, 3, 5} }, "dflash_config.target_layer_ids [1 3 5] and aux_hidden_state_layer_ids [1 3 5] (target layers [0 2 4]) disagree"},
+		{"yarn factor vs lengths", func(c map[string]any) {
+			c["max_position_embeddings"] = 131072
+			c["rope_scaling"] = yarn(map[string]any{"factor": 32.0, "original_max_position_embeddings": 8192})
+		}, "rope_scaling.factor 32 ≠ max_position_embeddings 131072 / rope_scaling.original_max_position_embeddings 8192 = 16"},
+		{"yarn factor vs top-level length", func(c map[string]any) {
+			c["rope_scaling"] = yarn(nil, "original_max_position_embeddings")
+			c["original_max_position_embeddings"] = 2048
+		}, "rope_scaling.factor 4 ≠ max_position_embeddings 4096 / original_max_position_embeddings 2048 = 2"},
 	} {
 		cfg := tinyConfig(t)
 		c.edit(cfg)
@@ -237,7 +263,7 @@ func TestParseConfigRope(t *testing.T) {
 func TestParseConfig27B(t *testing.T) {
 	want := draft.Config{Vocab: 248320, Hidden: 5120, Intermediate: 17408, Layers: 5, Heads: 32, KVHeads: 8, HeadDim: 128,
 		RopeTheta: 1e7, Rope: draft.RopeScaling{Type: "yarn", Factor: 32, OriginalMaxPos: 8192, BetaFast: 32, BetaSlow: 1},
-		RMSEps: 1e-6, BlockSize: 7, MaskToken: 248070, TargetHidden: 5120, MarkovRank: 256, Confidence: true, ConfidenceWithMarkov: true}
+		RMSEps: 1e-6, BlockSize: 7, MaskToken: 248070, TargetHidden: 5120, NumTargetLayers: 64, MarkovRank: 256, Confidence: true, ConfidenceWithMarkov: true}
 	for _, name := range []string{"dspark-qwen3.8-27b-bf16", "dspark-qwen3.8-27b-nvfp4"} {
 		spec, err := manifests.ModelSpec(name)
 		if err != nil {

@@ -15,6 +15,15 @@
 // The oracle is tools/dspark_ref.py (PyTorch, transformers' Qwen3 modules and rotary embedding);
 // tools/dspark_goldens.py records its outputs in testdata/goldens/dspark-tiny.
 //
+// Tap convention: a tap id (Config.TapLayers, the config's target_layer_ids) names the target
+// decoder layer whose raw output is read, −1 the embedding output: HF hidden_states[id+1] and
+// runtime/model Trace ("hidden", id+1). speculators' aux_hidden_state_layer_ids count vLLM's
+// captured states instead (aux = id + 1) and are converted on parsing. A tap on the target's last
+// layer (id = layers−1) is that layer's raw output, before the target's final norm — not HF's
+// hidden_states[-1], which transformers returns after the norm. Heads trained on HF outputs
+// with such a tap would see other features; the tinypair head (tools/tinypair, taps 1, 3, 5, 7 of
+// 8 layers) was trained on the raw outputs and relies on this convention.
+//
 // A Drafter (weights, read-only, shared) serves States (one sequence each: the context K/V of
 // every draft layer). Append adds committed tokens' context features; Draft runs one block and
 // the Markov chain, with a choose callback that picks each drafted token (argmax for greedy

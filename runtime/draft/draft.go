@@ -155,7 +155,11 @@ func (d *Drafter) NewState(capacity int) (*State, error) {
 		return nil, fmt.Errorf("draft state: capacity %d must be positive", capacity)
 	}
 	kvRow := c.KVHeads * c.HeadDim
-	if capacity > (1<<40)/(c.Layers*kvRow*8) {
+	if c.Layers <= 0 || kvRow <= 0 {
+		return nil, errors.New("draft state: the drafter has no layers (not made by New)")
+	}
+	// capacity·Layers·kvRow·8 > 2^40, divided stepwise so that no product can overflow.
+	if capacity > (1<<40)/8/c.Layers/kvRow {
 		return nil, fmt.Errorf("draft state: capacity %d needs more than 1 TB of context cache", capacity)
 	}
 	B, h := c.BlockSize, c.Hidden
@@ -217,11 +221,14 @@ func (s *State) Context(l int) (k, v []float32, err error) {
 // at the row's position and V = v_proj(c) (qwen35-and-quant.md §D.1; no input_layernorm on
 // c). Rows are independent, so appending in pieces gives the rows of appending at once (to
 // float32 rounding: the matrix kernels may group rows differently). n = 0 is a no-op.
-// Errors, before any work: a state of another drafter, n < 0, len(feats) ≠ n·FeatureDim, more
-// rows than the capacity; ctx is checked between chunks (a cancelled Append keeps the rows
-// completed before it, Len() says how many).
+// Errors, before any work: a nil ctx, a state of another drafter, n < 0, len(feats) ≠
+// n·FeatureDim, more rows than the capacity; ctx is checked between chunks (a cancelled Append
+// keeps the rows completed before it, Len() says how many).
 func (d *Drafter) Append(ctx context.Context, st *State, feats []float32, n int) error {
 	c := &d.Cfg
+	if ctx == nil {
+		return errors.New("draft append: nil context")
+	}
 	if st == nil || st.d != d {
 		return errors.New("draft append: the state was not made by this drafter")
 	}
@@ -306,10 +313,13 @@ func Greedy(_ int, logits []float32) int32 { return int32(model.Argmax(logits)) 
 //
 // choose gets a scratch copy of logits_k ([Vocab]) that it may modify (temperature, top-k …) and
 // returns the drafted token; nil means Greedy. The block's K/V are not kept: Len() is unchanged.
-// out's slices are reused when large enough. Errors: a state of another drafter, an anchor
-// outside the vocabulary, a chosen token outside it; ctx is checked between layers.
+// out's slices are reused when large enough. Errors: a nil ctx, a state of another drafter, an
+// anchor outside the vocabulary, a chosen token outside it; ctx is checked between layers.
 func (d *Drafter) Draft(ctx context.Context, st *State, anchor int32, choose func(k int, logits []float32) int32, out *Proposal) error {
 	c := &d.Cfg
+	if ctx == nil {
+		return errors.New("draft: nil context")
+	}
 	if st == nil || st.d != d {
 		return errors.New("draft: the state was not made by this drafter")
 	}

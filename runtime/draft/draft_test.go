@@ -226,8 +226,8 @@ func TestMinConfidence(t *testing.T) {
 	}
 }
 
-// TestDraftRefuses: bad anchors, chosen tokens, feature lengths, capacity, foreign states and
-// cancelled contexts are errors, and leave the state as it was.
+// TestDraftRefuses: bad anchors, chosen tokens, feature lengths, capacity, foreign states,
+// cancelled and nil contexts are errors (never panics), and leave the state as it was.
 func TestDraftRefuses(t *testing.T) {
 	g := drafttest.Read(t)
 	d := newDense(t, g, "bf16")
@@ -242,6 +242,7 @@ func TestDraftRefuses(t *testing.T) {
 	var p draft.Proposal
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
+	var nilCtx context.Context
 	for _, c := range []struct {
 		name string
 		err  error
@@ -257,6 +258,8 @@ func TestDraftRefuses(t *testing.T) {
 		{"foreign append", other.Append(ctx, st, feats[:fd], 1), "not made by this drafter"},
 		{"cancelled append", d.Append(cancelled, st, feats[:fd], 1), context.Canceled.Error()},
 		{"cancelled draft", d.Draft(cancelled, st, 5, nil, &p), context.Canceled.Error()},
+		{"nil context append", d.Append(nilCtx, st, feats[:fd], 1), "draft append: nil context"},
+		{"nil context draft", d.Draft(nilCtx, st, 5, nil, &p), "draft: nil context"},
 	} {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, c.err, c.want)

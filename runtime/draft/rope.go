@@ -178,7 +178,9 @@ func (r Rope) Tables(cos, sin []float32, pos int) {
 // at the top level and in the object with different values. A yarn object without
 // original_max_position_embeddings takes the top-level one, else max_position_embeddings
 // (transformers 5 standardize_rope_params). An explicit factor is used as given (transformers 5;
-// 4.x replaced it by max_position_embeddings / original_max_position_embeddings).
+// 4.x replaced it by max_position_embeddings / original_max_position_embeddings), so a yarn
+// config whose explicit original_max_position_embeddings and max_position_embeddings imply
+// another factor is refused, naming the three fields.
 func ropeConfig(top map[string]json.RawMessage) (float64, RopeScaling, error) {
 	topObj := []obj{{m: top}}
 	theta, haveTheta, err := number(topObj, "rope_theta", 0)
@@ -335,6 +337,23 @@ func ropeScaling(top map[string]json.RawMessage, so []obj, key string) (RopeScal
 	}
 	if orig <= 0 {
 		return RopeScaling{}, fmt.Errorf("draft config: %s.original_max_position_embeddings %d must be positive", key, orig)
+	}
+	// transformers 4.x _compute_yarn_parameters replaces factor by max_position_embeddings /
+	// original_max_position_embeddings when the object gives the latter; 5.x uses factor as given
+	// (and only warns). Refuse an explicit original length whose ratio is not the factor.
+	if inObj || atTop {
+		origName := "original_max_position_embeddings"
+		if inObj {
+			origName = key + "." + origName
+		}
+		maxPos, found, err := integer(topObj, "max_position_embeddings", 0)
+		if err != nil {
+			return RopeScaling{}, err
+		}
+		if implied := float64(maxPos) / float64(orig); found && math.Abs(implied-s.Factor) > 1e-6*s.Factor {
+			return RopeScaling{}, fmt.Errorf("draft config: %s.factor %v ≠ max_position_embeddings %d / %s %d = %v: transformers 4 takes the ratio, 5 the factor; make them agree",
+				key, s.Factor, maxPos, origName, orig, implied)
+		}
 	}
 	s.OriginalMaxPos = orig
 	return s, nil

@@ -26,8 +26,10 @@ import (
 // It refuses, naming the field or tensor: a draft architecture other than draft.Architectures,
 // a config draft.ParseConfig rejects, a draft that does not fit the target (vocab_size,
 // hidden_size, target_hidden_size ≠ the target's; a target_layer_ids entry that is not a target
-// layer), a missing tensor, a norm stored with a transform, a matrix format without a CPU kernel,
-// and any shape draft.New rejects.
+// layer; num_target_layers ≠ the target's depth), a tensor the config contradicts (an own
+// embedding, LM head or d2t/t2d; Markov or confidence tensors the config disables), a missing
+// tensor, a norm stored with a transform, a matrix format without a CPU kernel, and any shape
+// draft.New rejects.
 func LoadDraft(b *bundle.Bundle, target *model.Model) (*draft.Drafter, error) {
 	m := b.Manifest
 	if m.Draft == nil {
@@ -44,6 +46,9 @@ func LoadDraft(b *bundle.Bundle, target *model.Model) (*draft.Drafter, error) {
 		return nil, fmt.Errorf("bundle %s: draft.config: %w", b.Dir, err)
 	}
 	if err := DraftFits(&cfg, &target.Cfg); err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
+	}
+	if err := draftTensorsFit(m, &cfg); err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
 	}
 	l := &targetLoader{b: b, segs: map[string]segRef{}, packed: map[string]*Packed{}}
@@ -69,8 +74,11 @@ func LoadDraft(b *bundle.Bundle, target *model.Model) (*draft.Drafter, error) {
 
 // DraftFits checks that a draft head can run with a target: it embeds with the target's table
 // and projects with its LM head (vocab_size and hidden_size must be the target's), its fc reads
-// the target's hidden states (target_hidden_size must be the target's hidden size), and its
-// taps must be target layers (−1, the embedding output, … layers − 1). Errors name the field.
+// the target's hidden states (target_hidden_size must be the target's hidden size), its taps
+// must be target layers (−1, the embedding output, … layers − 1), and num_target_layers, when
+// the config gives it, must be the target's depth. A tap on the last layer is accepted: it reads
+// that layer's raw output, before the final norm (runtime/draft's tap convention). Errors name
+// the field.
 func DraftFits(d *draft.Config, t *model.Config) error {
 	if d.Vocab != t.Vocab {
 		return fmt.Errorf("draft vocab_size %d ≠ target vocab_size %d: drafted tokens are the target's (it shares the embedding and LM head)", d.Vocab, t.Vocab)
@@ -84,6 +92,47 @@ func DraftFits(d *draft.Config, t *model.Config) error {
 	for _, id := range d.TapLayers {
 		if id < -1 || id >= len(t.Layers) {
 			return fmt.Errorf("draft target_layer_ids: %d is not a target layer (−1 … %d)", id, len(t.Layers)-1)
+		}
+	}
+	if d.NumTargetLayers > 0 && d.NumTargetLayers != len(t.Layers) {
+		return fmt.Errorf("draft num_target_layers %d ≠ the target's %d layers: the head was trained on the taps of another target", d.NumTargetLayers, len(t.Layers))
+	}
+	return nil
+}
+
+// draftTensorsFit refuses draft tensors that contradict the draft config, naming the tensor:
+// an own token embedding, LM head or vocabulary map (embed_tokens, lm_head, d2t, t2d: the head
+// drafts over the target's full vocabulary with the target's tables), Markov head tensors with
+// markov_rank 0, confidence head tensors without enable_confidence_head. Names are checked as
+// runtime names ("draft."+module) and as the checkpoint names of stacked segments.
+func draftTensorsFit(m *manifests.Bundle, c *draft.Config) error {
+	check := func(tensor, module string) error {
+		root, _, _ := strings.Cut(module, ".")
+		switch {
+		case root == "embed_tokens" || root == "lm_head" || root == "d2t" || root == "t2d":
+			return fmt.Errorf("tensor %s: the draft head uses the target's embedding and LM head over the full vocabulary; a head with its own %s is not supported", tensor, root)
+		case root == "markov_head" && c.MarkovRank == 0:
+			return fmt.Errorf("tensor %s: the draft config has no Markov head (markov_rank 0)", tensor)
+		case root == "confidence_head" && !c.Confidence:
+			return fmt.Errorf("tensor %s: the draft config has no confidence head (enable_confidence_head false)", tensor)
+		}
+		return nil
+	}
+	for i := range m.Tensors {
+		t := &m.Tensors[i]
+		if t.Model != manifests.ModelDraft {
+			continue
+		}
+		if err := check(t.Name, strings.TrimPrefix(t.Name, "draft.")); err != nil {
+			return err
+		}
+		if t.Stack == nil {
+			continue
+		}
+		for _, s := range t.Stack.Segments {
+			if err := check(t.Name+" (segment "+s.Name+")", strings.TrimSuffix(s.Name, ".weight")); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -107,7 +156,7 @@ func draftWeights(l *targetLoader, c *draft.Config) (draft.Weights, error) {
 	mat(&w.FC, "fc")
 	vec(&w.HiddenNorm, "hidden_norm", h)
 	vec(&w.Norm, "norm", h)
-	for i := 0; i < c.Layers; i++ {
+	for i := 0; i < c.Layers && err == nil; i++ { // stop at the first missing tensor
 		p := fmt.Sprintf("layers.%d.", i)
 		var L draft.Layer
 		vec(&L.InputNorm, p+"input_layernorm", h)

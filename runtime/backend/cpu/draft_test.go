@@ -25,19 +25,21 @@ import (
 )
 
 // The DSpark drafter on the packed path: a synthetic BF16 Qwen3.5 target that fits the tiny
-// DSpark head of testdata/dspark (hidden 128, vocabulary 1000, 6 layers so that the taps
-// [1, 3, 5] are target layers), whose embedding and LM head are the goldens' tables, packed by
+// DSpark head of testdata/dspark (hidden 128, vocabulary 1000, 8 layers: its num_target_layers,
+// with the taps [1, 3, 5] among them), whose embedding and LM head are the goldens' tables, packed by
 // lithos/pack with the head twice: as stored (--draft-format bf16) and re-quantized to NVFP4
 // (the default). Each drafter loaded by LoadDraft must match the PyTorch goldens of its variant
 // (tools/dspark_goldens.py; tolerances drafttest.Tol*): the BF16 head the "bf16" records, the
 // NVFP4 re-export the "nvfp4" records, which PyTorch computed on the dequantized NVFP4 weights
 // (the dequantize-then-float reference).
 
-// draftTargetConfig is the synthetic target: 6 layers [GDN GDN GDN ATT GDN ATT].
+// draftTargetConfig is the synthetic target: 8 layers [GDN GDN GDN ATT GDN GDN GDN ATT] (the
+// head's num_target_layers).
 const draftTargetConfig = `{
  "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "dtype": "bfloat16",
- "vocab_size": 1000, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 6,
- "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"],
+ "vocab_size": 1000, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 8,
+ "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention",
+                 "linear_attention", "linear_attention", "linear_attention", "full_attention"],
  "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
  "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 32, "linear_value_head_dim": 32,
  "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": false,
@@ -198,7 +200,16 @@ func TestLoadDraftRefuses(t *testing.T) {
 		{"vocabulary", func(c map[string]any) { c["vocab_size"] = 1024 }, "draft vocab_size 1024 ≠ target vocab_size 1000"},
 		{"hidden size", func(c map[string]any) { c["hidden_size"] = 256 }, "draft hidden_size 256 ≠ target hidden_size 128"},
 		{"target hidden size", func(c map[string]any) { c["target_hidden_size"] = 64 }, "draft target_hidden_size 64 ≠ target hidden_size 128"},
-		{"taps", func(c map[string]any) { c["dflash_config"].(map[string]any)["target_layer_ids"] = []int{1, 3, 6} }, "draft target_layer_ids: 6 is not a target layer"},
+		{"taps", func(c map[string]any) {
+			delete(c, "num_target_layers")
+			c["dflash_config"].(map[string]any)["target_layer_ids"] = []int{1, 3, 8}
+		}, "draft target_layer_ids: 8 is not a target layer (−1 … 7)"},
+		{"target depth", func(c map[string]any) { c["num_target_layers"] = 6 }, "draft num_target_layers 6 ≠ the target's 8 layers"},
+		{"no markov head", func(c map[string]any) {
+			c["markov_rank"] = 0
+			c["confidence_head_with_markov"] = false
+		}, "tensor draft.markov_head.markov_w1: the draft config has no Markov head (markov_rank 0)"},
+		{"no confidence head", func(c map[string]any) { c["enable_confidence_head"] = false }, "tensor draft.confidence_head.proj"},
 		{"mask token", func(c map[string]any) { c["dflash_config"].(map[string]any)["mask_token_id"] = 1000 }, "mask_token_id 1000 is outside the vocabulary"},
 		{"markov head type", func(c map[string]any) { c["markov_head_type"] = "gated" }, `markov_head_type "gated"`},
 		{"rope scaling", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": 8} }, `rope_scaling.rope_type "llama3"`},
@@ -228,6 +239,24 @@ func TestLoadDraftRefuses(t *testing.T) {
 	if _, err := LoadDraft(b, &model.Model{Cfg: fewer, W: tm.W}); err == nil || !strings.Contains(err.Error(), "target_layer_ids: 5 is not a target layer (−1 … 4)") {
 		t.Errorf("shallower target: %v", err)
 	}
+	// Taps that all exist in a 7-layer target, but the head says it was trained on 8 layers.
+	fewer.Layers = tm.Cfg.Layers[:7]
+	if _, err := LoadDraft(b, &model.Model{Cfg: fewer, W: tm.W}); err == nil || !strings.Contains(err.Error(), "draft num_target_layers 8 ≠ the target's 7 layers") {
+		t.Errorf("7-layer target: %v", err)
+	}
+	// A draft's own vocabulary tables contradict a head that uses the target's.
+	for _, name := range []string{"draft.embed_tokens", "draft.lm_head", "draft.d2t"} {
+		tensors := b.Manifest.Tensors
+		norm, _ := b.Tensor("draft.norm")
+		extra := *norm
+		extra.Name = name
+		b.Manifest.Tensors = append(slices.Clip(tensors), extra)
+		_, err := LoadDraft(b, tm)
+		b.Manifest.Tensors = tensors
+		if err == nil || !strings.Contains(err.Error(), "tensor "+name+": the draft head uses the target's embedding and LM head") {
+			t.Errorf("%s in the bundle: %v", name, err)
+		}
+	}
 	if d, err := LoadDraft(b, tm); err != nil || d == nil {
 		t.Fatalf("restored manifest: %v", err)
 	}
@@ -246,5 +275,20 @@ func TestLoadDraftRefuses(t *testing.T) {
 	nt.Transform = tr
 	if err == nil || !strings.Contains(err.Error(), "tensor draft.norm: transform \"one_plus\"") {
 		t.Errorf("one_plus draft norm: %v", err)
+	}
+}
+
+// TestDraftWeightsStopEarly: reading the weights of a config that claims many layers stops at
+// the first missing tensor, before a layer is built (a hostile num_hidden_layers would otherwise
+// size the loop).
+func TestDraftWeightsStopEarly(t *testing.T) {
+	l := &targetLoader{segs: map[string]segRef{}, packed: map[string]*Packed{}}
+	cfg := draft.Config{Layers: draft.MaxLayers, Hidden: 8, HeadDim: 4}
+	w, err := draftWeights(l, &cfg)
+	if err == nil || !strings.Contains(err.Error(), "tensor fc.weight") {
+		t.Fatalf("error %v, want the missing fc named", err)
+	}
+	if len(w.Layers) != 0 {
+		t.Errorf("%d layers built after fc was found missing", len(w.Layers))
 	}
 }

@@ -14,11 +14,11 @@ import (
 )
 
 // dsparkTargetConfig is a random hybrid target the tiny DSpark head of testdata/dspark fits:
-// vocabulary 1000, hidden 128, 6 layers (its taps are layers 1, 3, 5).
+// vocabulary 1000, hidden 128, 8 layers (its num_target_layers; its taps are layers 1, 3, 5).
 func dsparkTargetConfig() model.Config {
 	return model.Config{
 		Vocab: 1000, Hidden: 128, Intermediate: 256,
-		Layers: []model.LayerKind{model.GDN, model.GDN, model.GDN, model.Attention, model.GDN, model.Attention},
+		Layers: []model.LayerKind{model.GDN, model.GDN, model.GDN, model.Attention, model.GDN, model.GDN, model.GDN, model.Attention},
 		Heads:  2, KVHeads: 1, HeadDim: 64, RotaryDim: 16, RopeTheta: 1e6,
 		KHeads: 1, VHeads: 2, KDim: 32, VDim: 32, ConvKernel: 4, RMSEps: 1e-6,
 	}
