@@ -89,6 +89,8 @@ func TestBuildRefusesBeforeWriting(t *testing.T) {
 			[]string{"does not fit target", "hidden_size 32 ≠ target hidden_size 64"}},
 		{"draft target hidden size", Options{Target: fixtureDir, Draft: draft(func(c map[string]any) { c["target_hidden_size"] = 128 })},
 			[]string{"target_hidden_size 128 ≠ target hidden_size 64"}},
+		{"draft target depth", Options{Target: fixtureDir, Draft: draft(func(c map[string]any) { c["num_target_layers"] = 6 })},
+			[]string{"num_target_layers 6 ≠ target num_hidden_layers 4"}},
 		{"draft taps", Options{Target: fixtureDir, Draft: draft(func(c map[string]any) { c["target_layer_ids"] = []int{1, 4} })},
 			[]string{"target_layer_ids: 4 is not a target layer"}},
 		{"draft that is a target", Options{Target: fixtureDir, Draft: fixtureDir}, []string{"does not describe a DSpark/DFlash draft head"}},

@@ -569,7 +569,8 @@ func readScalar(ck *checkpoint, name string) (float32, error) {
 
 // checkDraft refuses a draft head that cannot run with the target: its hidden size and the
 // target hidden size its fc expects must be the target's, its vocabulary the target's (it uses
-// the target's embedding and vocabulary head), and its taps must be target layers.
+// the target's embedding and vocabulary head), its num_target_layers (when given) the target's
+// depth, and its taps must be target layers.
 func checkDraft(target, draft *convert.Config) error {
 	t, d := target.Text, draft.Text
 	if d.HiddenSize != t.HiddenSize {
@@ -580,6 +581,9 @@ func checkDraft(target, draft *convert.Config) error {
 	}
 	if d.VocabSize != t.VocabSize {
 		return fmt.Errorf("draft vocab_size %d ≠ target vocab_size %d: drafted tokens are verified by the target", d.VocabSize, t.VocabSize)
+	}
+	if n := draft.Draft.NumTargetLayers; n != 0 && n != t.NumHiddenLayers {
+		return fmt.Errorf("draft num_target_layers %d ≠ target num_hidden_layers %d: the head was trained on another target", n, t.NumHiddenLayers)
 	}
 	for _, id := range draft.Draft.TargetLayerIDs {
 		if id < -1 || id >= t.NumHiddenLayers {
