@@ -99,6 +99,7 @@ func newRoot(g *genFlags) *cobra.Command {
 	g.register(gen)
 	root.AddCommand(gen)
 	root.AddCommand(newBench(g))
+	addLaunchers(root, g) // claude, codex, opencode, env, run (launch.go)
 	root.AddCommand(newServe(g))
 	return root
 }

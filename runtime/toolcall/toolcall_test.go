@@ -253,7 +253,7 @@ func TestChunking(t *testing.T) {
 			}
 		}
 		for i := 0; i <= len(c.in); i++ {
-			for j := i; j <= len(c.in); j += 7 {
+			for j := i; j <= len(c.in); j += 11 {
 				check(fmt.Sprintf("split at %d and %d", i, j), []string{c.in[:i], c.in[i:j], c.in[j:]})
 			}
 		}
