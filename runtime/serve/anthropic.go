@@ -151,14 +151,37 @@ func (req *msgRequest) toConversation() (*conversation, *apiError) {
 	if err != nil {
 		return nil, err
 	}
+	// Claude Code (2.1.x) sends part of its system prompt as a {"role": "system"} message
+	// inside messages, after the first user turn (tools/sdkcheck/README.md). Qwen chat
+	// templates accept a system message only first, so such messages are appended to the
+	// top-level system prompt, in order.
+	for i, m := range req.Messages {
+		if m.Role != "system" {
+			continue
+		}
+		p := fmt.Sprintf("messages[%d]", i)
+		text, err := blockText(m.Content, p+".content")
+		if err != nil {
+			return nil, err
+		}
+		if text != "" {
+			if sys != "" {
+				sys += "\n\n"
+			}
+			sys += text
+		}
+	}
 	if sys != "" {
 		c.messages = append(c.messages, message{role: "system", content: sys})
 	}
 	names := map[string]string{}
 	for i, m := range req.Messages {
 		p := fmt.Sprintf("messages[%d]", i)
+		if m.Role == "system" {
+			continue
+		}
 		if m.Role != "user" && m.Role != "assistant" {
-			return nil, badRequest(p+".role", "%s: role %q: want user or assistant (the system prompt is the top-level \"system\")", p, m.Role)
+			return nil, badRequest(p+".role", "%s: role %q: want user, assistant or system", p, m.Role)
 		}
 		blocks, err := blocksOf(m.Content, p+".content")
 		if err != nil {

@@ -316,6 +316,14 @@ func TestMessages(t *testing.T) {
 	if code != 200 || obj(t, string(body))["input_tokens"] != float64(wantPrompt) {
 		t.Fatalf("count_tokens: %d %s", code, body)
 	}
+	// Claude Code sends part of its system prompt as a role "system" message after the first
+	// user turn: it joins the top-level system prompt (Qwen templates take one, first).
+	wantJoined := countTokens(t, "<|im_start|>system\nBe brief.\n\n# Env\nlinux<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"+genHeader)
+	code, _, body = ts.post(t, "/v1/messages/count_tokens", `{"model":"tiny","system":"Be brief.",
+		"messages":[{"role":"user","content":"Hi"},{"role":"system","content":[{"type":"text","text":"# Env\nlinux"}]}]}`)
+	if code != 200 || obj(t, string(body))["input_tokens"] != float64(wantJoined) || wantJoined == wantPrompt {
+		t.Fatalf("count_tokens with a system message inside messages: %d %s (want %d)", code, body, wantJoined)
+	}
 }
 
 func TestMessagesToolUse(t *testing.T) {
@@ -561,7 +569,8 @@ func TestErrors(t *testing.T) {
 		{"/v1/messages", `{"model":"tiny","max_tokens":10,"temperature":1.5,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
 		{"/v1/messages", `{"model":"tiny","max_tokens":10,"tools":[{"name":"f","input_schema":"object"}],"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
 		{"/v1/messages", `{"model":"tiny","max_tokens":10,"tools":[{"type":"bash_20250124","name":"bash"}],"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_request_error"},
-		{"/v1/messages", `{"model":"tiny","max_tokens":10,"messages":[{"role":"system","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"/v1/messages", `{"model":"tiny","max_tokens":10,"messages":[{"role":"tool","content":"hi"}]}`, 400, "invalid_request_error"},
+		{"/v1/messages", `{"model":"tiny","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"system","content":5}]}`, 400, "invalid_request_error"},
 		{"/v1/messages", `{"model":"tiny","max_tokens":10,"messages":{`, 400, "invalid_request_error"},
 		{"/v1/messages", big, 413, "request_too_large"},
 		{"/v1/messages", strings.Replace(long, `"max_tokens":10`, `"max_tokens":10`, 1), 400, "invalid_request_error"},
