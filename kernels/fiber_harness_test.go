@@ -90,7 +90,10 @@ func buildFiber(t testing.TB, dir, name, src string, calls map[string]string, or
 		return "", err
 	}
 	exe := filepath.Join(dir, name)
+	// Frame pointers: the runtime matches barriers and SIMD calls by call path; convergent
+	// functions: the optimizer may not duplicate a barrier call into several call sites.
 	cmd := exec.Command(cxx, "-std=c++17", "-O1", "-g0", "-DLITHOS_SHIM_RUN", "-Wno-unused-function",
+		"-fno-omit-frame-pointer", "-Xclang", "-fconvergent-functions",
 		"-I", filepath.Join(root, "shim"), "-I", filepath.Join(root, "fiber"), "-I", dir, drv, "-o", exe)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
@@ -125,6 +128,7 @@ func generatedFiber(t testing.TB) string {
 type job struct {
 	bufs  [][]byte
 	disps []dispatch
+	sched string // LITHOS_FIBER_SCHEDULE for run ("" = the runtime's default, asc)
 }
 
 type dispatch struct {
@@ -194,6 +198,9 @@ func (j *job) run(t testing.TB, exe string) ([][]byte, error) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, in, out)
+	if j.sched != "" {
+		cmd.Env = append(os.Environ(), "LITHOS_FIBER_SCHEDULE="+j.sched)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -213,10 +220,11 @@ func (j *job) run(t testing.TB, exe string) ([][]byte, error) {
 	return res, nil
 }
 
-// mustRun is run that fails the test on an error.
+// mustRun runs the job under every schedule of -fiber.schedules (runSchedules) and fails the
+// test on an error or when two schedules' outputs differ in any byte.
 func (j *job) mustRun(t testing.TB) [][]byte {
 	t.Helper()
-	r, err := j.run(t, generatedFiber(t))
+	r, err := j.runSchedules(t, generatedFiber(t))
 	if err != nil {
 		t.Fatalf("fiber run: %v", err)
 	}

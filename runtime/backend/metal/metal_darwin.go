@@ -5,7 +5,7 @@ package metal
 import (
 	"errors"
 	"fmt"
-	"runtime"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -20,13 +20,24 @@ import (
 // and Metal would otherwise pick MSL 2.4 (golang/go#77917, #77944).
 const LanguageVersion = 3<<16 | 1
 
-// Device is one Metal device and the OS thread that owns it.
+// SIMDWidth is the simdgroup width every kernel assumes (shuffles over 32 lanes, lane = tid &
+// 31; docs/metal.md §2). Open refuses a pipeline whose threadExecutionWidth differs.
+const SIMDWidth = 32
+
+// Device is one Metal device and the OS thread that owns it (owner). Every method is safe for
+// concurrent use; calls run one at a time on the device thread.
 type Device struct {
-	calls chan func()
+	*owner
 	dev   objc.ID
 	queue objc.ID
 	lib   objc.ID
 	pipes map[string]objc.ID
+	bufs  map[*Buffer]struct{} // live buffers, released by Close
+	stuck objc.ID              // a retained command buffer that outlived its waits (the device is broken)
+
+	// DrainWait bounds the second wait after a dispatch's timeout (DefaultDrainWait; set before
+	// the first Dispatch). Close waits for a stuck command buffer as long again.
+	DrainWait time.Duration
 
 	Name             string
 	Family           int    // highest MTLGPUFamilyApple<N> supported (N), 0 if none of 7…10
@@ -37,14 +48,25 @@ type Device struct {
 }
 
 var (
-	libObjC   uintptr
+	loadOnce  sync.Once
+	loadErr   error
 	poolPush  func() uintptr
 	poolPop   func(uintptr)
 	createDev func() objc.ID
-	selCache  = map[string]objc.SEL{}
+
+	selMu    sync.Mutex
+	selCache = map[string]objc.SEL{}
+
+	// keepMu/kept hold, for the life of the process, the no-copy host memory of devices closed
+	// while a command buffer was still running on it (Close's error says so).
+	keepMu sync.Mutex
+	kept   [][]byte
 )
 
+// sel returns the selector of name, registered once (safe for concurrent use).
 func sel(name string) objc.SEL {
+	selMu.Lock()
+	defer selMu.Unlock()
 	s, ok := selCache[name]
 	if !ok {
 		s = objc.RegisterName(name)
@@ -53,54 +75,45 @@ func sel(name string) objc.SEL {
 	return s
 }
 
+// load opens Metal.framework and libobjc once per process; later calls return the first
+// result.
 func load() error {
-	if createDev != nil {
-		return nil
-	}
-	mtl, err := purego.Dlopen("/System/Library/Frameworks/Metal.framework/Metal", purego.RTLD_NOW|purego.RTLD_GLOBAL)
-	if err != nil {
-		return fmt.Errorf("metal: load Metal.framework: %w", err)
-	}
-	purego.Dlopen("/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics", purego.RTLD_NOW|purego.RTLD_GLOBAL) // MTLCreateSystemDefaultDevice needs it loaded
-	if libObjC, err = purego.Dlopen("/usr/lib/libobjc.A.dylib", purego.RTLD_NOW|purego.RTLD_GLOBAL); err != nil {
-		return fmt.Errorf("metal: load libobjc: %w", err)
-	}
-	purego.RegisterLibFunc(&poolPush, libObjC, "objc_autoreleasePoolPush")
-	purego.RegisterLibFunc(&poolPop, libObjC, "objc_autoreleasePoolPop")
-	purego.RegisterLibFunc(&createDev, mtl, "MTLCreateSystemDefaultDevice")
-	return nil
+	loadOnce.Do(func() {
+		mtl, err := purego.Dlopen("/System/Library/Frameworks/Metal.framework/Metal", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			loadErr = fmt.Errorf("metal: load Metal.framework: %w", err)
+			return
+		}
+		// MTLCreateSystemDefaultDevice needs CoreGraphics loaded; a failure shows as no device.
+		purego.Dlopen("/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		libObjC, err := purego.Dlopen("/usr/lib/libobjc.A.dylib", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			loadErr = fmt.Errorf("metal: load libobjc: %w", err)
+			return
+		}
+		purego.RegisterLibFunc(&poolPush, libObjC, "objc_autoreleasePoolPush")
+		purego.RegisterLibFunc(&poolPop, libObjC, "objc_autoreleasePoolPop")
+		purego.RegisterLibFunc(&createDev, mtl, "MTLCreateSystemDefaultDevice")
+	})
+	return loadErr
 }
 
-// do runs f on the device's OS thread inside an autorelease pool drained before do returns.
-func (d *Device) do(f func() error) error {
-	done := make(chan error, 1)
-	d.calls <- func() {
-		pool := poolPush()
-		defer poolPop(pool)
-		done <- f()
-	}
-	return <-done
+// autoreleased runs f inside an autorelease pool drained before it returns.
+func autoreleased(f func()) {
+	pool := poolPush()
+	defer poolPop(pool)
+	f()
 }
 
 // Open creates the system default device, its command queue and thread, and compiles the
-// kernel library. Errors: no Metal device, a compile error (with Metal's message).
+// kernel library. Errors: Metal not loadable, no Metal device, a compile error (with Metal's
+// message), a pipeline whose limits do not fit a kernel (named). On an error everything made so
+// far is released and the thread stopped.
 func Open() (*Device, error) {
-	d := &Device{calls: make(chan func()), pipes: map[string]objc.ID{}}
-	ready := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if err := load(); err != nil {
-			ready <- err
-			return
-		}
-		ready <- nil
-		for f := range d.calls {
-			f()
-		}
-	}()
-	if err := <-ready; err != nil {
+	if err := load(); err != nil {
 		return nil, err
 	}
+	d := &Device{owner: startOwner(autoreleased), pipes: map[string]objc.ID{}, bufs: map[*Buffer]struct{}{}, DrainWait: DefaultDrainWait}
 	err := d.do(func() error {
 		d.dev = createDev()
 		if d.dev == 0 {
@@ -117,16 +130,21 @@ func Open() (*Device, error) {
 		d.WorkingSet = objc.Send[uint64](d.dev, sel("recommendedMaxWorkingSetSize"))
 		d.UnifiedMemory = objc.Send[bool](d.dev, sel("hasUnifiedMemory"))
 		d.queue = d.dev.Send(sel("newCommandQueue"))
+		if d.queue == 0 {
+			return errors.New("metal: newCommandQueue returned nil")
+		}
 		return d.compile(kernels.Source(kernels.Metal))
 	})
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, d.Close())
 	}
 	return d, nil
 }
 
 // compile builds the library from source with the language version set and fast math off, and
-// a pipeline (supporting indirect command buffers) per kernel. Runs on the device thread.
+// a pipeline (supporting indirect command buffers) per kernel, each checked for the kernel's
+// threadgroup size and a 32-wide SIMD execution width. Runs on the device thread; what it made
+// before an error is released by Close.
 func (d *Device) compile(src string) error {
 	opts := objc.ID(objc.GetClass("MTLCompileOptions")).Send(sel("new"))
 	defer opts.Send(sel("release"))
@@ -156,23 +174,20 @@ func (d *Device) compile(src string) error {
 		if pipe == 0 {
 			return fmt.Errorf("metal: pipeline for kernel %s: %s", k.Name, describe(perr))
 		}
+		d.pipes[k.Name] = pipe // released by Close, also on the error paths below
 		if max := objc.Send[uint64](pipe, sel("maxTotalThreadsPerThreadgroup")); max < uint64(k.Threads) {
 			return fmt.Errorf("metal: kernel %s needs %d threads per threadgroup, its pipeline allows %d", k.Name, k.Threads, max)
 		}
-		d.pipes[k.Name] = pipe
+		if w := objc.Send[uint64](pipe, sel("threadExecutionWidth")); w != SIMDWidth {
+			return fmt.Errorf("metal: kernel %s: pipeline threadExecutionWidth is %d, the kernels assume %d-lane simdgroups", k.Name, w, SIMDWidth)
+		}
 	}
 	return nil
 }
 
-// Buffer is a Metal buffer with its host view.
-type Buffer struct {
-	id   objc.ID
-	Len  int
-	Host []byte
-}
-
 // WrapNoCopy wraps page-aligned host memory (a window of the mapped weights file, PlanWindows)
-// as a shared buffer without copying. b must stay mapped while the buffer is used.
+// as a shared buffer without copying. b must stay mapped until the buffer is released (Release,
+// Close) — and, if a dispatch returned ErrStuck, for as long as Close says.
 func (d *Device) WrapNoCopy(b []byte) (*Buffer, error) {
 	if len(b) == 0 || len(b)%PageBytes != 0 || uintptr(unsafe.Pointer(&b[0]))%PageBytes != 0 {
 		return nil, fmt.Errorf("metal: no-copy buffer of %d bytes: want a non-empty page-aligned range", len(b))
@@ -186,14 +201,18 @@ func (d *Device) WrapNoCopy(b []byte) (*Buffer, error) {
 		if id == 0 {
 			return fmt.Errorf("metal: newBufferWithBytesNoCopy of %d bytes failed", len(b))
 		}
-		buf = &Buffer{id: id, Len: len(b), Host: b}
+		buf = &Buffer{id: uintptr(id), dev: d, Len: len(b), Host: b, noCopy: true}
+		d.bufs[buf] = struct{}{}
 		return nil
 	})
 	return buf, err
 }
 
-// NewBuffer allocates a shared buffer of n bytes (zeroed by Metal) with a host view.
+// NewBuffer allocates a shared buffer of n > 0 bytes (zeroed by Metal) with a host view.
 func (d *Device) NewBuffer(n int) (*Buffer, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("metal: buffer of %d bytes: want > 0", n)
+	}
 	var buf *Buffer
 	err := d.do(func() error {
 		id := d.dev.Send(sel("newBufferWithLength:options:"), uint64(n), uint64(0))
@@ -201,37 +220,64 @@ func (d *Device) NewBuffer(n int) (*Buffer, error) {
 			return fmt.Errorf("metal: allocate a buffer of %d bytes", n)
 		}
 		p := objc.Send[*byte](id, sel("contents"))
-		buf = &Buffer{id: id, Len: n, Host: unsafe.Slice(p, n)}
+		buf = &Buffer{id: uintptr(id), dev: d, Len: n, Host: unsafe.Slice(p, n)}
+		d.bufs[buf] = struct{}{}
 		return nil
 	})
 	return buf, err
 }
 
-type mtlSize struct{ W, H, D uint64 }
-
-// Arg is a buffer bound at an offset.
-type Arg struct {
-	Buf *Buffer
-	Off int
+// Release releases the buffer (a second Release does nothing). Command buffers keep what they
+// use alive, but the caller must not unmap no-copy memory while a dispatch may use it.
+func (b *Buffer) Release() error {
+	if b == nil || b.dev == nil {
+		return errors.New("metal: release of a nil buffer")
+	}
+	return b.dev.do(func() error {
+		b.dev.release(b)
+		return nil
+	})
 }
 
+// release drops b; device thread only.
+func (d *Device) release(b *Buffer) {
+	if b.id != 0 {
+		objc.ID(b.id).Send(sel("release"))
+	}
+	b.id, b.Host = 0, nil
+	delete(d.bufs, b)
+}
+
+type mtlSize struct{ W, H, D uint64 }
+
 // Dispatch runs one kernel over grid threadgroups (of the kernel's Threads) and waits for it, at
-// most timeout. args are ctl, the parameter record, then the kernel's buffers (kernels.Kernel).
-// Errors name the kernel: unknown, a command-buffer error, a timeout.
+// most timeout. args are ctl, the parameter record, then the kernel's buffers
+// (kernels.Kernel.Buffers), each a buffer of this device at a byte offset (checkDispatch: no
+// nil buffer, 0 ≤ Off < Len, offsets aligned as ArgAlign says). Errors name the kernel: unknown,
+// a bad argument, a command-buffer error, ErrTimeout (completed within DrainWait after the
+// timeout: the device stays usable), ErrStuck (still running after the timeout and DrainWait:
+// the device is broken, see ErrStuck).
 func (d *Device) Dispatch(name string, grid [3]uint32, timeout time.Duration, args ...Arg) error {
 	k, ok := kernels.Lookup(name)
-	if !ok || d.pipes[name] == 0 {
+	if !ok {
 		return fmt.Errorf("metal: no kernel %s", name)
 	}
-	if len(args) != 2+len(k.Buffers) {
-		return fmt.Errorf("metal: kernel %s takes %d buffers, got %d", name, 2+len(k.Buffers), len(args))
-	}
 	return d.do(func() error {
+		pipe := d.pipes[name]
+		if pipe == 0 {
+			return fmt.Errorf("metal: no pipeline for kernel %s", name)
+		}
+		if err := checkDispatch(d, k, grid, timeout, args); err != nil {
+			return err
+		}
 		cb := d.queue.Send(sel("commandBuffer"))
+		if cb == 0 {
+			return fmt.Errorf("metal: kernel %s: commandBuffer returned nil", name)
+		}
 		enc := cb.Send(sel("computeCommandEncoder"))
-		enc.Send(sel("setComputePipelineState:"), d.pipes[name])
+		enc.Send(sel("setComputePipelineState:"), pipe)
 		for i, a := range args {
-			enc.Send(sel("setBuffer:offset:atIndex:"), a.Buf.id, uint64(a.Off), uint64(i))
+			enc.Send(sel("setBuffer:offset:atIndex:"), objc.ID(a.Buf.id), uint64(a.Off), uint64(i))
 		}
 		g := mtlSize{uint64(grid[0]), uint64(grid[1]), uint64(grid[2])}
 		tpg := mtlSize{uint64(k.Threads), 1, 1}
@@ -240,20 +286,73 @@ func (d *Device) Dispatch(name string, grid [3]uint32, timeout time.Duration, ar
 		enc.Send(sel("dispatchThreadgroups:threadsPerThreadgroup:"), unsafe.Pointer(&g), unsafe.Pointer(&tpg))
 		enc.Send(sel("endEncoding"))
 		cb.Send(sel("commit"))
-		deadline := time.Now().Add(timeout)
-		for {
-			st := objc.Send[uint64](cb, sel("status")) // MTLCommandBufferStatusCompleted 4, Error 5
-			if st == 4 {
-				return nil
-			}
-			if st == 5 {
-				return fmt.Errorf("metal: kernel %s: command buffer error: %s", name, describe(cb.Send(sel("error"))))
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("metal: kernel %s: not complete after %v", name, timeout)
-			}
-			time.Sleep(50 * time.Microsecond)
+		r := await(func() cbState { return cbStatus(cb) }, timeout, d.DrainWait, realClock{})
+		switch {
+		case r.state == cbFailed:
+			return fmt.Errorf("metal: kernel %s: command buffer error: %s", name, describe(cb.Send(sel("error"))))
+		case r.state == cbRunning:
+			cb.Send(sel("retain")) // polled again by Close
+			d.stuck = cb
+			err := fmt.Errorf("metal: kernel %s: still running %v after its %v timeout: %w; the device is unusable, keep its no-copy memory mapped", name, r.waited, timeout, ErrStuck)
+			d.fail(err)
+			return err
+		case r.late:
+			return fmt.Errorf("metal: kernel %s: completed after %v, past its %v timeout: %w", name, r.waited, timeout, ErrTimeout)
 		}
+		return nil
+	})
+}
+
+// cbStatus polls a command buffer (MTLCommandBufferStatusCompleted 4, Error 5).
+func cbStatus(cb objc.ID) cbState {
+	switch objc.Send[uint64](cb, sel("status")) {
+	case 4:
+		return cbCompleted
+	case 5:
+		return cbFailed
+	}
+	return cbRunning
+}
+
+// Close releases the pipelines, library, queue, buffers and device and stops the device's
+// thread (unlocking it). After Close every method returns ErrClosed; a second Close returns
+// nil. On a broken device (ErrStuck) Close first waits up to DrainWait for the stuck command
+// buffer: if it completes, Close ends as usual; if not, it still releases its references
+// (Metal keeps what the command buffer uses alive) but keeps the no-copy host memory
+// referenced for the life of the process and returns an error wrapping ErrStuck: the caller
+// must not unmap those windows.
+func (d *Device) Close() error {
+	return d.close(func() error {
+		var err error
+		if d.stuck != 0 {
+			r := await(func() cbState { return cbStatus(d.stuck) }, d.DrainWait, 0, realClock{})
+			if r.state == cbRunning {
+				keepMu.Lock()
+				for b := range d.bufs {
+					if b.noCopy {
+						kept = append(kept, b.Host)
+					}
+				}
+				keepMu.Unlock()
+				err = fmt.Errorf("metal: close: a command buffer is still running: %w; keep the device's no-copy memory mapped for the life of the process", ErrStuck)
+			}
+			d.stuck.Send(sel("release"))
+			d.stuck = 0
+		}
+		for b := range d.bufs {
+			d.release(b)
+		}
+		for name, p := range d.pipes {
+			p.Send(sel("release"))
+			delete(d.pipes, name)
+		}
+		for _, id := range []*objc.ID{&d.lib, &d.queue, &d.dev} {
+			if *id != 0 {
+				id.Send(sel("release"))
+				*id = 0
+			}
+		}
+		return err
 	})
 }
 

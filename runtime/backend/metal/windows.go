@@ -1,6 +1,9 @@
 package metal
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // PageBytes is the Apple page size: newBufferWithBytesNoCopy needs a page-aligned pointer and
 // length (bundle tensors start on 16 KiB boundaries, docs/bundle.md).
@@ -25,14 +28,19 @@ type Placement struct {
 // PlanWindows covers the tensors of a mapping of size bytes with windows of at most max bytes
 // (MaxWindowBytes when max ≤ 0), each a page-aligned range that wholly contains every tensor
 // placed in it. Tensors are taken in order of offset; a tensor that does not fit the current
-// window starts the next one at its own page. Windows may overlap. Errors: a tensor outside the
-// mapping, or larger than a window.
+// window starts the next one at its own page. Windows may overlap. Errors: a negative size or
+// one within a page of the largest int64 (page rounding would overflow), max above
+// MaxWindowBytes (placements are 32-bit) or not a multiple of PageBytes, a tensor outside the
+// mapping (checked without overflow: Len > size − Off), or larger than a window.
 func PlanWindows(size int64, tensors []Range, max int64) ([]Window, []Placement, error) {
 	if max <= 0 {
 		max = MaxWindowBytes
 	}
-	if max%PageBytes != 0 || max < PageBytes {
-		return nil, nil, fmt.Errorf("metal: window size %d is not a positive multiple of the %d-byte page", max, PageBytes)
+	if max%PageBytes != 0 || max < PageBytes || max > MaxWindowBytes {
+		return nil, nil, fmt.Errorf("metal: window size %d is not a multiple of the %d-byte page in [%d, %d]", max, PageBytes, PageBytes, int64(MaxWindowBytes))
+	}
+	if size < 0 || size > math.MaxInt64-PageBytes {
+		return nil, nil, fmt.Errorf("metal: mapping of %d bytes: want 0 to %d", size, int64(math.MaxInt64-PageBytes))
 	}
 	mapped := (size + PageBytes - 1) / PageBytes * PageBytes
 	order := make([]int, len(tensors))
@@ -49,8 +57,8 @@ func PlanWindows(size int64, tensors []Range, max int64) ([]Window, []Placement,
 	pl := make([]Placement, len(tensors))
 	for _, i := range order {
 		t := tensors[i]
-		if t.Off < 0 || t.Len < 0 || t.Off+t.Len > size {
-			return nil, nil, fmt.Errorf("metal: tensor %d [%d, %d) is outside the %d-byte mapping", i, t.Off, t.Off+t.Len, size)
+		if t.Off < 0 || t.Len < 0 || t.Off > size || t.Len > size-t.Off {
+			return nil, nil, fmt.Errorf("metal: tensor %d (offset %d, %d bytes) is outside the %d-byte mapping", i, t.Off, t.Len, size)
 		}
 		start := t.Off / PageBytes * PageBytes
 		if t.Off+t.Len-start > max {

@@ -1,6 +1,10 @@
 package metal
 
-import "testing"
+import (
+	"math"
+	"strings"
+	"testing"
+)
 
 func TestPlanWindows(t *testing.T) {
 	const page = PageBytes
@@ -29,5 +33,35 @@ func TestPlanWindows(t *testing.T) {
 	}
 	if _, _, err := PlanWindows(size, []Range{{8 * page, 2 * page}}, max); err == nil {
 		t.Fatal("a tensor past the mapping was accepted")
+	}
+}
+
+// TestPlanWindowsOverflow: bounds that overflow int64 when added are refused, not wrapped into
+// acceptance (review item 17: Off+Len > size wrapped negative for Off near the int64 limit).
+func TestPlanWindowsOverflow(t *testing.T) {
+	const big = math.MaxInt64 - 2*PageBytes // a valid (huge) mapping size
+	for _, c := range []struct {
+		name string
+		size int64
+		r    Range
+		max  int64
+		want string
+	}{
+		{"off+len wraps", big, Range{big - 10, math.MaxInt64 - 5}, 0, "outside the"},
+		{"len max int64", big, Range{PageBytes, math.MaxInt64}, 0, "outside the"},
+		{"off past size", 4 * PageBytes, Range{5 * PageBytes, 0}, 0, "outside the"},
+		{"size near max", math.MaxInt64 - 1, Range{0, 1}, 0, "mapping of"},
+		{"negative size", -1, Range{0, 0}, 0, "mapping of"},
+		{"window over 32 bits", 4 * PageBytes, Range{0, 1}, 1 << 32, "is not a multiple"},
+	} {
+		ws, _, err := PlanWindows(c.size, []Range{c.r}, c.max)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: windows %v, error %v; want an error containing %q", c.name, ws, err, c.want)
+		}
+	}
+	// The last bytes of the largest mapping are still placeable.
+	ws, pl, err := PlanWindows(big, []Range{{big - 100, 100}}, 0)
+	if err != nil || len(ws) != 1 || ws[0].Off+int64(pl[0].Off) != big-100 {
+		t.Fatalf("tensor at the end of a %d-byte mapping: %v %v %v", int64(big), ws, pl, err)
 	}
 }
