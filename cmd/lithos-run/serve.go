@@ -26,7 +26,7 @@ type serveFlags struct {
 	maxBodyMB                            int
 	names                                []string
 	noDraft, verbose                     bool
-	confidenceStop                       float64
+	confidenceStop, checkpointGB         float64
 }
 
 // newServe returns the serve command: cobra wiring of lithos/runtime/serve.
@@ -57,6 +57,7 @@ func newServe(g *genFlags) *cobra.Command {
 	fl.IntVar(&f.context, "context", 0, fmt.Sprintf("context of one conversation in tokens (0 = min(%d, the model's max_position_embeddings))", serve.DefaultContext))
 	fl.IntVar(&f.queue, "queue", serve.DefaultQueue, "requests that may wait while one generates")
 	fl.IntVar(&f.checkpoints, "checkpoints", serve.DefaultCheckpoints, "prefix checkpoints kept (0 = none; docs/serving.md says what each costs)")
+	fl.Float64Var(&f.checkpointGB, "checkpoint-gb", 0, "bound on the prefix checkpoints' memory together, in GB = 1e9 bytes (0 = no bound)")
 	fl.IntVar(&f.prefillChunk, "prefill-chunk", 0, "prompt rows per prefill step (0 = 128)")
 	fl.IntVar(&f.maxBodyMB, "max-body-mb", serve.DefaultMaxBodyBytes>>20, "largest request body in MiB")
 	fl.StringVar(&f.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|"))
@@ -87,6 +88,8 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 		return fmt.Errorf("--draft-sampling %q: want argmax or sample", f.draftSampling)
 	case !(f.confidenceStop >= 0 && f.confidenceStop <= 1):
 		return fmt.Errorf("--confidence-stop %v: want a number in [0, 1]", f.confidenceStop)
+	case !(f.checkpointGB >= 0 && f.checkpointGB <= 1e6):
+		return fmt.Errorf("--checkpoint-gb %v: want a number of GB in [0, 1e6] (0 = no bound)", f.checkpointGB)
 	}
 	key := f.apiKey
 	if key == "" {
@@ -100,6 +103,7 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 		Names: f.names, Context: f.context, Queue: f.queue, Checkpoints: checkpoints, APIKey: key,
 		MaxBodyBytes: int64(f.maxBodyMB) << 20, PrefillChunk: f.prefillChunk, Log: log,
 		DraftSampling: f.draftSampling, ConfidenceStop: f.confidenceStop,
+		CheckpointBytes: int64(f.checkpointGB * 1e9),
 	}
 	if f.queue == 0 {
 		opt.Queue = -1 // no waiting: 429 whenever a generation runs (the reference's behaviour)

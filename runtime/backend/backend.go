@@ -210,9 +210,22 @@ type RoundStats struct {
 
 // Session is one sequence on the device. Its methods are called from one goroutine; each
 // returns with the device idle.
+//
+// A sequence may go on after a stop: between calls the host may clear Done, Error and StopAt
+// (after draining the ring) and Prefill more tokens, which are fed at Position, after the
+// committed ones. The last sampled token (Anchor, the last one in the ring) is not committed: a
+// host that wants it in the sequence feeds it as the first token of that prompt. After
+// ErrRingOverflow the token that did not fit is lost and Anchor still names the one before, so
+// such a sequence goes on with a Prefill, never a Decode. A server continues a finished
+// conversation this way (docs/serving.md §4).
+//
+// Optional capabilities, found by type assertion, let a host reuse state: Snapshotter (copy the
+// committed state out and back: prefix checkpoints), NoSamplePrefiller (a prefill that samples
+// nothing, to split a prompt at a checkpoint boundary) and Resetter (an empty sequence in the
+// same buffers).
 type Session interface {
-	// State is the host's view of the step state: read it, and write StopAt and RingTail,
-	// only between calls.
+	// State is the host's view of the step state: read it, and write StopAt and RingTail (and
+	// clear Done, Error and StopAt, above), only between calls.
 	State() *StepState
 	// Ring is the token ring the programs write; the host drains it (Ring.Drain).
 	Ring() *Ring
@@ -233,6 +246,65 @@ type Session interface {
 	Stats() RoundStats
 	// Close releases the session's device state.
 	Close() error
+}
+
+// Snapshotter is a Session that can copy its committed state out and back (prefix checkpoints,
+// docs/serving.md §4; docs/runtime.md §2.1): the committed slot's GDN conv and recurrent states,
+// the KV rows [0, Position), Position and the step count (whose parity names the committed GDN
+// slot), and with a drafter its context rows [0, Position). A GDN state cannot be rewound, so a
+// snapshot is taken at the current position; the host splits a prefill at the positions it wants
+// (NoSamplePrefiller).
+type Snapshotter interface {
+	// Snapshot copies the session's committed state (the session idle, between calls; a done
+	// session's committed state is copied too). Errors: a closed session, a drafter whose
+	// Proposer cannot copy its context (ContextSnapshotter).
+	Snapshot() (Snapshot, error)
+	// Restore makes the session's state a copy of s (s stays valid and may be restored again):
+	// Position = s.Position(), the step count and committed GDN slot are s's, KV rows [0,
+	// s.Position()) and the drafter's context rows are s's; Done, Error and StopAt are cleared,
+	// the ring is empty (RingTail = RingHead) and there is no anchor (Anchor = −1: the next call
+	// is a Prefill); the seed words stay. Errors, the session unchanged: s from another
+	// backend or model, s longer than the session's capacity, a session with a drafter and s
+	// without its context, a closed session.
+	Restore(s Snapshot) error
+}
+
+// Snapshot is a saved committed state of a session (Snapshotter), immutable.
+type Snapshot interface {
+	// Position is the number of tokens the state has consumed.
+	Position() int
+	// Bytes is the memory the copy holds (bytes).
+	Bytes() int64
+}
+
+// NoSamplePrefiller is a Session whose prefill can stop without sampling.
+type NoSamplePrefiller interface {
+	// PrefillNoSample is Prefill (same chunks, same errors, same state after it) except that
+	// no step samples: the host writes PrefillLeft ≥ 1 on every chunk, the last one included,
+	// so the program commits the rows and returns (docs/runtime.md §4.1) — no ring slot, no
+	// done. It leaves no anchor (Anchor = −1): the sequence goes on with a Prefill. A server
+	// uses it to stop a prompt's prefill at a checkpoint boundary.
+	PrefillNoSample(ctx context.Context, prompt []int32) error
+}
+
+// Resetter is a Session that can start over in its own buffers.
+type Resetter interface {
+	// Reset empties the sequence without reallocating: Position 0, zero GDN states, the step
+	// state as NewSession made it (seed words from SessionOptions.Sampling), an empty ring
+	// (slots cleared, head and tail 0), zero RoundStats, an empty drafter context. Errors: a
+	// closed session.
+	Reset() error
+}
+
+// ContextSnapshotter is a Proposer that can copy its context rows out and back, which a
+// session's Snapshotter needs when it has a drafter.
+type ContextSnapshotter interface {
+	// SnapshotContext copies the context rows [0, rows) (rows ≤ Len()). Snapshot.Position is
+	// rows.
+	SnapshotContext(rows int) (Snapshot, error)
+	// RestoreContext makes the context a copy of s: Len() = s.Position(). Errors, the context
+	// unchanged: s from another drafter, longer than the capacity.
+	RestoreContext(s Snapshot) error
 }
 
 // Error codes of StepState.Error.
@@ -356,6 +428,10 @@ func (r *Ring) Push(st *StepState, token int32) bool {
 	st.RingHead = seq
 	return true
 }
+
+// Reset clears every slot (a fresh ring: for a step state whose RingHead and RingTail restart
+// at 0; Resetter).
+func (r *Ring) Reset() { clear(r.slots) }
 
 // Drain is the host side: it appends the tokens from st.RingTail on whose slots carry the
 // expected sequence number to dst, publishes the new tail in st and returns dst.

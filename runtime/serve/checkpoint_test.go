@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"lithos/runtime/chat"
 )
 
 // turn posts an agent's conversation — a user message, then assistant answers alternating
@@ -115,9 +117,10 @@ func TestSnapshots(t *testing.T) {
 	snap.ft.mu.Lock()
 	restores, snaps := snap.ft.restores, snap.ft.snaps
 	snap.ft.mu.Unlock()
-	// Saved: the system prefix once, the end of each conversation's messages.
-	if restores != 2 || snaps != 4 {
-		t.Fatalf("%d restores, %d snapshots: want 2 and 4", restores, snaps)
+	// Saved: the system prefix once, the end of each conversation's messages (and the
+	// server's probe of the hook at start).
+	if restores != 2 || snaps != 1+4 {
+		t.Fatalf("%d restores, %d snapshots: want 2 and 1+4", restores, snaps)
 	}
 
 	// A new user turn: the template renders the earlier answer without its think block, so the
@@ -128,5 +131,121 @@ func TestSnapshots(t *testing.T) {
 	before := countTokens(t, "<|im_start|>system\nYou are a careful assistant.<|im_end|>\n<|im_start|>user\nthird one<|im_end|>\n")
 	if code != 200 || path(m, "usage", "prompt_tokens_details", "cached_tokens") != float64(before) {
 		t.Fatalf("next turn: %d %s: want %d cached", code, body, before)
+	}
+}
+
+// metric returns the value of an unlabelled metric in ts's exposition.
+func metric(t *testing.T, ts *testServer, name string) string {
+	t.Helper()
+	_, _, m := ts.get(t, "/metrics")
+	for _, line := range strings.Split(string(m), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("metrics lack %s:\n%s", name, m)
+	return ""
+}
+
+// TestCheckpointBudget: --checkpoint bytes bound the checkpoints together besides their count:
+// parked sessions (StateBytes of the context each) beyond the budget are evicted least recently
+// used first; a checkpoint larger than the budget alone is not kept (and evicts nothing);
+// snapshots and parked sessions share the budget.
+func TestCheckpointBudget(t *testing.T) {
+	tok, cfg, tpl := fixture(t)
+	S := StateBytes(&cfg, 4096)
+	echo := func(ft *fakeTarget) { ft.script = echoScript }
+
+	ts := newTestServer(t, Options{Checkpoints: 10, CheckpointBytes: 2 * S}, echo)
+	for _, u := range []string{"a1", "b1", "c1"} {
+		turn(t, ts, "", u)
+	}
+	if _, _, c := turn(t, ts, "", "a1", "echo: a1", "a2"); c != 0 {
+		t.Fatalf("a1's session was kept past the budget: cached %d", c)
+	}
+	if _, _, c := turn(t, ts, "", "c1", "echo: c1", "c2"); c == 0 {
+		t.Fatal("c1's session, within the budget, was not reused")
+	}
+	// Evicted: a1's session (by c1's) and b1's (by a2's); held: a2's and c2's.
+	for name, want := range map[string]string{"lithos_checkpoints": "2", "lithos_checkpoint_bytes": fmt.Sprint(2 * S),
+		"lithos_checkpoint_budget_bytes": fmt.Sprint(2 * S), "lithos_checkpoint_evictions_total": "2", "lithos_checkpoints_refused_total": "0"} {
+		if got := metric(t, ts, name); got != want {
+			t.Errorf("%s %s, want %s", name, got, want)
+		}
+	}
+
+	small := newTestServer(t, Options{Checkpoints: 10, CheckpointBytes: S - 1}, echo)
+	turn(t, small, "", "a1")
+	if _, _, c := turn(t, small, "", "a1", "echo: a1", "a2"); c != 0 {
+		t.Fatalf("a session larger than the budget was kept: cached %d", c)
+	}
+	if _, sessions, closed := small.ft.counts(); sessions != closed || metric(t, small, "lithos_checkpoints_refused_total") != "2" || metric(t, small, "lithos_checkpoints") != "0" {
+		t.Fatalf("budget below a session: %d sessions opened, %d closed; metrics refused %s, held %s", sessions, closed,
+			metric(t, small, "lithos_checkpoints_refused_total"), metric(t, small, "lithos_checkpoints"))
+	}
+
+	// Snapshots (4 bytes a token in the scripted backend) and one parked session at most.
+	script := func(h string) string { return fmt.Sprintf("%s has %d bytes before it", lastUser(h), len(h)) }
+	budget := S + 400
+	snap := newTestServer(t, Options{Checkpoints: 10, CheckpointBytes: budget}, func(ft *fakeTarget) { ft.script, ft.snapshots = script, true })
+	sysTokens := countTokens(t, "<|im_start|>system\nYou are a careful assistant.<|im_end|>\n")
+	for i, user := range []string{"first question", "second question", "third one"} {
+		code, _, body := snap.post(t, "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"system","content":"You are a careful assistant."},{"role":"user","content":"`+user+`"}]}`)
+		if code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+		if c := path(obj(t, string(body)), "usage", "prompt_tokens_details", "cached_tokens"); c != float64(min(i, 1)*sysTokens) {
+			t.Fatalf("%s: cached %v, want %d", user, c, min(i, 1)*sysTokens)
+		}
+		var held int64
+		sessions := 0
+		for _, e := range snap.eng.entries {
+			held += e.bytes
+			if e.sess != nil {
+				sessions++
+			}
+		}
+		if held > budget || sessions != 1 || metric(t, snap, "lithos_checkpoint_bytes") != fmt.Sprint(held) {
+			t.Fatalf("%s: %d checkpoints hold %d bytes (%d parked sessions), budget %d", user, len(snap.eng.entries), held, sessions, budget)
+		}
+	}
+
+	if _, err := New(Model{Target: &fakeTarget{cfg: cfg, tok: tok}, Tokenizer: tok, Chat: &chat.Config{Templates: map[string]string{"default": tpl}}},
+		Options{Names: []string{"x"}, CheckpointBytes: -1}); err == nil || !strings.Contains(err.Error(), "checkpoint budget") {
+		t.Error("a negative checkpoint budget was accepted")
+	}
+}
+
+// TestRecycle: when parking the next session would evict the least recently used parked
+// session anyway, and its sampling constants are the request's, the engine resets that session
+// (backend.Resetter) and uses it instead of allocating one — its answer is a fresh session's —
+// and keeps it parked afterwards; a request with other sampling constants gets a new session.
+func TestRecycle(t *testing.T) {
+	ts := newTestServer(t, Options{Checkpoints: 1}, func(ft *fakeTarget) { ft.script, ft.resets = echoScript, true })
+	turn(t, ts, "", "a1") // the probe's session and a1's: 2 opened, the probe closed
+	if a, _, c := turn(t, ts, "", "b1"); a != "echo: b1" || c != 0 {
+		t.Fatalf("b1 on a recycled session: %q, cached %d", a, c)
+	}
+	ts.ft.mu.Lock()
+	resets := ts.ft.resetCount
+	ts.ft.mu.Unlock()
+	if _, sessions, closed := ts.ft.counts(); sessions != 2 || closed != 1 || resets != 1 {
+		t.Fatalf("%d sessions opened, %d closed, %d resets: want 2, 1, 1", sessions, closed, resets)
+	}
+	if a, _, c := turn(t, ts, "", "b1", "echo: b1", "b2"); a != "echo: b2" || c == 0 {
+		t.Fatalf("b2 after the recycled b1: %q, cached %d", a, c)
+	}
+	if _, _, c := turn(t, ts, `"temperature":0.5,`, "c1"); c != 0 {
+		t.Fatalf("c1: cached %d", c)
+	}
+	if _, sessions, closed := ts.ft.counts(); sessions != 3 || closed != 2 || metric(t, ts, "lithos_sessions_reused_total") != "1" {
+		t.Fatalf("another temperature: %d sessions opened, %d closed, %s reused: want 3, 2, 1", sessions, closed, metric(t, ts, "lithos_sessions_reused_total"))
+	}
+	// With room for both, nothing is recycled.
+	roomy := newTestServer(t, Options{Checkpoints: 2}, func(ft *fakeTarget) { ft.script, ft.resets = echoScript, true })
+	turn(t, roomy, "", "a1")
+	turn(t, roomy, "", "b1")
+	if _, sessions, _ := roomy.ft.counts(); sessions != 3 {
+		t.Fatalf("with room for two: %d sessions opened, want 3", sessions)
 	}
 }

@@ -7,8 +7,9 @@
 // One worker runs the generations one at a time from a bounded FIFO queue (429 with
 // Retry-After only when it is full); a client that goes away cancels its generation or gives
 // its place back. Prefix checkpoints — parked sessions, and state snapshots at conversation
-// boundaries for backends whose sessions implement Snapshotter — let a request that extends a
-// recent conversation prefill only its new tokens. The reference design is lithos-metal's
+// boundaries for backends whose sessions implement backend.Snapshotter (the CPU backend's do),
+// bounded by count and bytes — let a request that extends a recent conversation prefill only
+// its new tokens. The reference design is lithos-metal's
 // server (../shared/reference/lithos-metal.md §6.5, §7); Ollama's compatibility layers are the Go
 // anchor (hub-and-go.md §B4–B5).
 //

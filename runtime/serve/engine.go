@@ -15,36 +15,11 @@ import (
 	"lithos/runtime/sample"
 )
 
-// Snapshotter is the hook prefix checkpoints need from a backend session to save the state at
-// a position inside a prompt (docs/serving.md §4): a copy of the committed state — the GDN
-// conv and recurrent state of the committed slot, the KV rows [0, Position), Position and
-// the slot parity — and the way back. A Session that implements it gets checkpoints at the
-// conversation boundaries of each prompt; one that does not gets only parked sessions (the
-// live state at the end of each generation). No backend implements it yet: it needs a copy
-// of runtime/model.State (see the report of issue 9).
-type Snapshotter interface {
-	// Snapshot copies the session's committed state. The session is idle (between calls).
-	Snapshot() (Snapshot, error)
-	// Restore makes the session's state a copy of s (s stays valid): Position = s.Position(),
-	// the committed slot holds s's GDN state, KV rows [0, s.Position()) are s's; Done and
-	// Error are cleared, the ring is empty. Errors: s too long for the session's capacity, s
-	// from another model.
-	Restore(s Snapshot) error
-}
-
-// Snapshot is a saved committed state of a session (Snapshotter).
-type Snapshot interface {
-	// Position is the number of tokens the state has consumed.
-	Position() int
-	// Bytes is the memory the copy holds (bytes).
-	Bytes() int64
-}
-
 // job is one generation request between a handler and the worker.
 type job struct {
 	ctx        context.Context
 	prompt     []int32
-	boundaries []int // prompt positions worth a checkpoint (ascending), for Snapshotter sessions
+	boundaries []int // prompt positions worth a checkpoint (ascending), for backend.Snapshotter sessions
 	params     sample.Params
 	maxTokens  int // clamped to the context
 	out        *output
@@ -90,18 +65,18 @@ func keyOf(p sample.Params) sampleKey {
 }
 
 // entry is a prefix checkpoint: either a parked live session whose committed history is
-// tokens, or a Snapshot of a state at len(tokens).
+// tokens, or a backend.Snapshot of a state at len(tokens).
 type entry struct {
 	tokens []int32
 	sess   backend.Session // parked session (nil for a snapshot)
 	key    sampleKey       // sess's sampling constants
-	snap   Snapshot
+	snap   backend.Snapshot
 	bytes  int64
 	used   uint64 // LRU clock
 }
 
 // engine owns the model: one worker runs the queued jobs one after another on sessions of
-// the target, keeping at most maxEntries prefix checkpoints.
+// the target, keeping at most maxEntries prefix checkpoints of at most maxBytes together.
 type engine struct {
 	target       backend.Target
 	draft        backend.Drafter
@@ -111,7 +86,8 @@ type engine struct {
 	context      int
 	prefillChunk int
 	maxEntries   int
-	sessionBytes int64 // memory of one session's state (bytes), for the metrics
+	maxBytes     int64 // budget of the checkpoints' memory (bytes; 0: no budget)
+	sessionBytes int64 // memory of one session's state and drafter context (bytes): a parked session's cost
 	log          *slog.Logger
 	q            *queue
 	m            *metrics
@@ -119,7 +95,7 @@ type engine struct {
 	entries   []*entry // touched only by the worker (and by tests after Close)
 	clock     uint64
 	running   atomic.Bool
-	snapshots atomic.Bool // the backend's sessions implement Snapshotter
+	snapshots atomic.Bool // the backend's sessions implement backend.Snapshotter
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -205,8 +181,7 @@ func (e *engine) generate(j *job, sess backend.Session, hist []int32, res *genRe
 	ss := sess.State()
 	ring := sess.Ring()
 	// A parked or restored session continues: clear the stop flags of its last generation
-	// (the host may write the step state between calls; docs/serving.md §4 asks for this to
-	// become part of the contract).
+	// (the contract lets the host do so between calls, backend.Session).
 	_ = ring.Drain(ss, nil)
 	ss.Done, ss.Error, ss.StopAt = 0, 0, 0
 	ss.SeedLo, ss.SeedHi = uint32(j.params.Seed), uint32(j.params.Seed>>32)
@@ -227,17 +202,24 @@ func (e *engine) generate(j *job, sess backend.Session, hist []int32, res *genRe
 	}
 	t0 := time.Now()
 	pos := len(hist)
-	if sn, ok := sess.(Snapshotter); ok {
+	if sn, ok := sess.(backend.Snapshotter); ok {
+		quiet, _ := sess.(backend.NoSamplePrefiller)
 		for _, b := range j.boundaries {
 			if b <= pos || b >= len(j.prompt) || e.has(j.prompt[:b]) {
 				continue
 			}
-			if err := sess.Prefill(j.ctx, j.prompt[pos:b]); err != nil {
-				return fail(err)
+			if quiet != nil {
+				if err := quiet.PrefillNoSample(j.ctx, j.prompt[pos:b]); err != nil {
+					return fail(err)
+				}
+			} else {
+				if err := sess.Prefill(j.ctx, j.prompt[pos:b]); err != nil {
+					return fail(err)
+				}
+				// The last prefill step sampled a token: not part of this generation.
+				_ = ring.Drain(ss, nil)
+				ss.Done, ss.Error = 0, 0
 			}
-			// The last prefill step sampled a token: not part of this generation.
-			_ = ring.Drain(ss, nil)
-			ss.Done, ss.Error = 0, 0
 			pos = b
 			if snap, err := sn.Snapshot(); err != nil {
 				e.log.Warn("checkpoint not saved", "position", b, "err", err)
@@ -341,14 +323,11 @@ func (e *engine) acquire(j *job) (backend.Session, []int32, error) {
 		e.m.checkpointHits.Add(1)
 		return best.sess, best.tokens, nil
 	}
-	sess, err := e.target.NewSession(backend.SessionOptions{
-		Capacity: e.context, PrefillChunk: e.prefillChunk, Sampling: j.params, EOS: e.eos, Drafter: e.draft,
-		DraftSampling: e.draftSamp, ConfidenceStop: e.confStop,
-	})
+	sess, err := e.newSession(j.params)
 	if err != nil {
 		return nil, nil, err
 	}
-	if sn, ok := sess.(Snapshotter); ok && best != nil {
+	if sn, ok := sess.(backend.Snapshotter); ok && best != nil {
 		if err := sn.Restore(best.snap); err != nil {
 			e.log.Warn("checkpoint not restored", "position", len(best.tokens), "err", err)
 		} else {
@@ -362,6 +341,74 @@ func (e *engine) acquire(j *job) (backend.Session, []int32, error) {
 	return sess, nil, nil
 }
 
+// newSession returns an empty session for sampling parameters p: a recycled one (recycle) or a
+// new one of the target.
+func (e *engine) newSession(p sample.Params) (backend.Session, error) {
+	if sess := e.recycle(keyOf(p)); sess != nil {
+		return sess, nil
+	}
+	return e.target.NewSession(backend.SessionOptions{
+		Capacity: e.context, PrefillChunk: e.prefillChunk, Sampling: p, EOS: e.eos, Drafter: e.draft,
+		DraftSampling: e.draftSamp, ConfidenceStop: e.confStop,
+	})
+}
+
+// recycle reuses the buffers of the checkpoint that parking a new session would evict: when
+// the checkpoints are full (one more parked session would pass the count or the byte budget)
+// and the least recently used one is a parked session with sampling constants key whose
+// backend can reset it (backend.Resetter), it is removed (an eviction), reset and returned —
+// instead of allocating a session's state (4.6 GB for the 27B at 32k positions) while the old
+// one waits for the garbage collector. Otherwise nil.
+func (e *engine) recycle(key sampleKey) backend.Session {
+	if len(e.entries) == 0 || !e.full(e.sessionBytes) {
+		return nil
+	}
+	i := e.lru()
+	en := e.entries[i]
+	r, ok := en.sess.(backend.Resetter)
+	if en.sess == nil || en.key != key || !ok {
+		return nil
+	}
+	e.entries = slices.Delete(e.entries, i, i+1)
+	e.m.checkpointEvictions.Add(1)
+	e.updateGauges()
+	if err := r.Reset(); err != nil {
+		e.log.Warn("parked session not reset", "err", err)
+		en.sess.Close()
+		return nil
+	}
+	e.m.sessionsReused.Add(1)
+	return en.sess
+}
+
+// full reports whether one more checkpoint of bytes would pass the count or the byte budget.
+func (e *engine) full(bytes int64) bool {
+	if len(e.entries)+1 > e.maxEntries {
+		return true
+	}
+	return e.maxBytes > 0 && e.heldBytes()+bytes > e.maxBytes
+}
+
+// lru returns the index of the least recently used checkpoint (entries not empty).
+func (e *engine) lru() int {
+	lru := 0
+	for i, x := range e.entries {
+		if x.used < e.entries[lru].used {
+			lru = i
+		}
+	}
+	return lru
+}
+
+// heldBytes is the checkpoints' memory (bytes).
+func (e *engine) heldBytes() int64 {
+	var b int64
+	for _, en := range e.entries {
+		b += en.bytes
+	}
+	return b
+}
+
 // park keeps a session whose committed history is tokens as a checkpoint.
 func (e *engine) park(sess backend.Session, tokens []int32, key sampleKey) {
 	if e.maxEntries <= 0 || len(tokens) == 0 {
@@ -371,9 +418,14 @@ func (e *engine) park(sess backend.Session, tokens []int32, key sampleKey) {
 	e.add(&entry{tokens: slices.Clone(tokens), sess: sess, key: key, bytes: e.sessionBytes})
 }
 
-// add inserts a checkpoint, evicting the least recently used ones beyond maxEntries.
+// add inserts a checkpoint, evicting the least recently used ones beyond maxEntries or
+// maxBytes. A checkpoint larger than maxBytes on its own is not kept (and evicts nothing).
 func (e *engine) add(en *entry) {
-	if e.maxEntries <= 0 {
+	if e.maxEntries <= 0 || (e.maxBytes > 0 && en.bytes > e.maxBytes) {
+		if e.maxEntries > 0 {
+			e.m.checkpointsRefused.Add(1)
+			e.log.Debug("checkpoint larger than the budget not kept", "bytes", en.bytes, "budget", e.maxBytes)
+		}
 		if en.sess != nil {
 			en.sess.Close()
 		}
@@ -382,13 +434,8 @@ func (e *engine) add(en *entry) {
 	e.clock++
 	en.used = e.clock
 	e.entries = append(e.entries, en)
-	for len(e.entries) > e.maxEntries {
-		lru := 0
-		for i, x := range e.entries {
-			if x.used < e.entries[lru].used {
-				lru = i
-			}
-		}
+	for len(e.entries) > e.maxEntries || (e.maxBytes > 0 && e.heldBytes() > e.maxBytes) {
+		lru := e.lru()
 		if x := e.entries[lru]; x.sess != nil {
 			x.sess.Close()
 		}
@@ -408,13 +455,7 @@ func (e *engine) has(tokens []int32) bool {
 	return false
 }
 
-func (e *engine) updateGauges() {
-	var b int64
-	for _, en := range e.entries {
-		b += en.bytes
-	}
-	e.m.setCheckpoints(len(e.entries), b)
-}
+func (e *engine) updateGauges() { e.m.setCheckpoints(len(e.entries), e.heldBytes()) }
 
 // errQueueFull is returned by submit when the queue holds its maximum of waiting jobs.
 var errQueueFull = errors.New("the request queue is full")

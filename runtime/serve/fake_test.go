@@ -74,7 +74,8 @@ type fakeTarget struct {
 	cfg       model.Config
 	tok       *tokenizer.Tokenizer
 	script    func(history string) string
-	snapshots bool          // sessions implement Snapshotter
+	snapshots bool          // sessions implement backend.Snapshotter
+	resets    bool          // sessions implement backend.Resetter (not with snapshots)
 	gate      chan struct{} // when set, every decode step takes one value from it
 	gateRun   chan struct{} // when set, a value is sent on it before a step waits on gate
 
@@ -82,6 +83,7 @@ type fakeTarget struct {
 	prefilled        int // prompt tokens prefilled, all sessions
 	sessions, closed int
 	restores, snaps  int
+	resetCount       int
 	lastHist         string   // the text of the whole history at the last Prefill
 	order            []string // the last user message of each generation, in order
 }
@@ -104,6 +106,9 @@ func (t *fakeTarget) NewSession(opt backend.SessionOptions) (backend.Session, er
 		ring: backend.NewRing(opt.RingCapacity)}
 	if t.snapshots {
 		return &snapSession{s}, nil
+	}
+	if t.resets {
+		return &resetSession{s}, nil
 	}
 	return s, nil
 }
@@ -245,14 +250,14 @@ type fakeSnap struct{ hist []int32 }
 func (f *fakeSnap) Position() int { return len(f.hist) }
 func (f *fakeSnap) Bytes() int64  { return int64(4 * len(f.hist)) }
 
-func (s *snapSession) Snapshot() (Snapshot, error) {
+func (s *snapSession) Snapshot() (backend.Snapshot, error) {
 	s.t.mu.Lock()
 	s.t.snaps++
 	s.t.mu.Unlock()
 	return &fakeSnap{slices.Clone(s.hist)}, nil
 }
 
-func (s *snapSession) Restore(sn Snapshot) error {
+func (s *snapSession) Restore(sn backend.Snapshot) error {
 	f := sn.(*fakeSnap)
 	if len(f.hist) > s.opt.Capacity {
 		return errors.New("too long")
@@ -264,6 +269,24 @@ func (s *snapSession) Restore(sn Snapshot) error {
 	s.ss.Position = uint32(len(f.hist))
 	s.ss.Done, s.ss.Error = 0, 0
 	_ = s.ring.Drain(s.ss, nil)
+	return nil
+}
+
+// resetSession adds the Resetter hook.
+type resetSession struct{ *fakeSession }
+
+func (s *resetSession) Reset() error {
+	if s.closed {
+		return errors.New("closed")
+	}
+	s.t.mu.Lock()
+	s.t.resetCount++
+	s.t.mu.Unlock()
+	s.hist, s.out, s.next = nil, nil, 0
+	pending := s.ss.Pending
+	*s.ss = *backend.NewStepState(0, s.opt.Sampling.Seed)
+	s.ss.Pending = pending
+	s.ring.Reset()
 	return nil
 }
 

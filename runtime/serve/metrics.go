@@ -24,9 +24,11 @@ type metrics struct {
 	prefillNanos, decodeNanos, queueNanos       atomic.Uint64
 	rejected, cancelled, failed                 atomic.Uint64
 	checkpointHits, checkpointMisses            atomic.Uint64
-	checkpointEvictions                         atomic.Uint64
+	checkpointEvictions, checkpointsRefused     atomic.Uint64
+	sessionsReused                              atomic.Uint64
 	lastPrefillTPS, lastDecodeTPS               atomic.Uint64 // float64 bits
 	checkpoints, checkpointBytes                atomic.Int64
+	checkpointBudget                            atomic.Int64
 }
 
 func newMetrics() *metrics { return &metrics{requests: map[[2]string]uint64{}} }
@@ -126,6 +128,9 @@ func (m *metrics) write(w io.Writer, queued int, running bool, model string) {
 	p("lithos_checkpoint_evictions_total", "counter", "Checkpoints dropped to make room (least recently used first).", m.checkpointEvictions.Load())
 	p("lithos_checkpoints", "gauge", "Prefix checkpoints held.", m.checkpoints.Load())
 	p("lithos_checkpoint_bytes", "gauge", "Memory held by the prefix checkpoints (bytes).", m.checkpointBytes.Load())
+	p("lithos_checkpoint_budget_bytes", "gauge", "Bound on the prefix checkpoints' memory (bytes; 0: none).", m.checkpointBudget.Load())
+	p("lithos_checkpoints_refused_total", "counter", "Checkpoints not kept because they alone exceed the byte budget.", m.checkpointsRefused.Load())
+	p("lithos_sessions_reused_total", "counter", "Sessions reset and reused from an evicted parked session instead of allocated.", m.sessionsReused.Load())
 }
 
 // labelValue escapes a label value as the exposition format wants: backslash, double quote

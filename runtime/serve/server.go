@@ -55,6 +55,13 @@ type Options struct {
 	// Checkpoints is the most prefix checkpoints kept (docs/serving.md §4); 0 takes
 	// DefaultCheckpoints, a negative value keeps none.
 	Checkpoints int
+	// CheckpointBytes bounds the memory of the prefix checkpoints together (bytes; 0: no
+	// bound, Checkpoints alone limits them): the least recently used ones are dropped to stay
+	// within it, and a checkpoint larger than it is not kept. A parked session counts
+	// StateBytes(context) plus its drafter's context cache when the drafter reports it
+	// (cpu.DSpark.StateBytes), a snapshot its Bytes (docs/serving.md §4 gives both for the
+	// 27B). The running session is not counted.
+	CheckpointBytes int64
 	// APIKey, when set, must come with every /v1 request as "Authorization: Bearer KEY" or
 	// "x-api-key: KEY".
 	APIKey string
@@ -141,6 +148,9 @@ func New(m Model, opt Options) (*Server, error) {
 	if opt.Checkpoints == 0 {
 		opt.Checkpoints = DefaultCheckpoints
 	}
+	if opt.CheckpointBytes < 0 {
+		return nil, fmt.Errorf("serve: checkpoint budget %d bytes must not be negative", opt.CheckpointBytes)
+	}
 	if opt.MaxBodyBytes <= 0 {
 		opt.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -161,20 +171,32 @@ func New(m Model, opt Options) (*Server, error) {
 		m: newMetrics(), created: time.Now().Unix(), log: opt.Log,
 	}
 	cfg := m.Target.Config()
+	sessionBytes := StateBytes(&cfg, opt.Context)
+	if d, ok := m.Draft.(interface{ StateBytes(capacity int) int64 }); ok { // cpu.DSpark
+		sessionBytes += d.StateBytes(opt.Context)
+	}
 	s.eng = &engine{
 		target: m.Target, draft: m.Draft, draftSamp: opt.DraftSampling, confStop: opt.ConfidenceStop, eos: m.EOS, context: opt.Context, prefillChunk: opt.PrefillChunk,
-		maxEntries: max(opt.Checkpoints, 0), sessionBytes: StateBytes(&cfg, opt.Context),
+		maxEntries: max(opt.Checkpoints, 0), maxBytes: opt.CheckpointBytes, sessionBytes: sessionBytes,
 		log: opt.Log, q: newQueue(opt.Queue), m: s.m,
 	}
 	// Check the session options once, and probe whether the backend's sessions can copy
-	// their state, on a one-position session.
+	// their state (with the drafter's context), on a one-position session.
 	probe, err := m.Target.NewSession(backend.SessionOptions{Capacity: 1, EOS: m.EOS, Sampling: sample.Params{TopP: 1},
 		Drafter: m.Draft, DraftSampling: opt.DraftSampling, ConfidenceStop: opt.ConfidenceStop})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
-	_, ok := probe.(Snapshotter)
-	s.eng.snapshots.Store(ok)
+	snaps := false
+	if sn, ok := probe.(backend.Snapshotter); ok {
+		_, err := sn.Snapshot()
+		snaps = err == nil
+		if err != nil {
+			s.log.Info("prefix snapshots off: the sessions cannot copy their state", "err", err)
+		}
+	}
+	s.eng.snapshots.Store(snaps)
+	s.m.checkpointBudget.Store(opt.CheckpointBytes)
 	probe.Close()
 	s.eng.start()
 	s.routes()
@@ -217,7 +239,9 @@ func BundleName(dir string) string {
 // StateBytes is the memory of one sequence's state on the CPU backend for context positions
 // (runtime/model.State, float32): per attention layer K and V rows of KVHeads·HeadDim
 // (8·KVHeads·HeadDim bytes per position), per GDN layer two slots of the recurrent state
-// [VHeads, KDim, VDim] and of the conv state [ConvKernel−1, ConvDim].
+// [VHeads, KDim, VDim] and of the conv state [ConvKernel−1, ConvDim]. It is what a parked
+// session holds; a snapshot at P positions holds model.SnapshotBytes(c, P) (one GDN slot, P
+// KV rows) plus the drafter's context rows.
 func StateBytes(c *model.Config, context int) int64 {
 	kv := int64(c.Count(model.Attention)) * int64(context) * int64(c.KVHeads*c.HeadDim) * 8
 	gdn := int64(c.Count(model.GDN)) * 2 * int64(c.VHeads*c.KDim*c.VDim+(c.ConvKernel-1)*c.ConvDim()) * 4

@@ -134,6 +134,12 @@ var ErrDone = errors.New("session: done (a stop condition was met)")
 // Prefill implements backend.Session. With a drafter every chunk records the taps of its
 // rows, which are appended to the drafter's context after the chunk is committed.
 func (s *Session) Prefill(ctx context.Context, prompt []int32) error {
+	return s.prefill(ctx, prompt, true)
+}
+
+// prefill runs the prefill program over prompt; without emit every chunk, the last one
+// included, gets PrefillLeft ≥ 1 (PrefillNoSample).
+func (s *Session) prefill(ctx context.Context, prompt []int32, emit bool) error {
 	ss := s.ss
 	if s.st == nil {
 		return errors.New("session: closed")
@@ -155,11 +161,15 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32) error {
 	}
 	chunk := s.opt.PrefillChunk
 	steps := (len(prompt) + chunk - 1) / chunk
+	left := steps - 1
+	if !emit {
+		left, ss.Anchor = steps, -1
+	}
 	for i := 0; i < steps; i++ {
 		rows := prompt[i*chunk : min((i+1)*chunk, len(prompt))]
 		ss.Rows = uint32(len(rows))
 		copy(ss.Pending, rows)
-		ss.PrefillLeft = uint32(steps - 1 - i)
+		ss.PrefillLeft = uint32(left - i)
 		if err := s.step(ctx); err != nil {
 			return err
 		}
