@@ -86,41 +86,74 @@ const (
 	EpiSwiGLU = 2 // interleaved gate/up (blm.GateUp): y[t, 8b + i] = silu(gate)·up, N/2 outputs
 )
 
-// BLMThreads is the threadgroup size of the BLM kernels: 4 simdgroups, which share one block of
-// 16 rows (simdgroup s takes the block's steps s, s+4, …).
+// BLMThreads is the threadgroup size of the BLM kernels: BLMThreads/32 simdgroups. A
+// threadgroup covers BLMGroupBlocks(parts, warpBlocks) consecutive blocks of 16 rows: each
+// simdgroup works on warpBlocks of them over one of parts contiguous parts of K (ops/blm.kern).
 const BLMThreads = 128
+
+// BLMMaxWarpBlocks is the most 16-row blocks one simdgroup of a BLM kernel works on (the
+// kernels keep that many accumulator sets and prefetched unit words in registers).
+const BLMMaxWarpBlocks = 2
+
+// BLMFullWave is the simdgroup count at which NewBLMParams gives each simdgroup two blocks
+// instead of one: a full wave of the H200 at the tensor-core kernels' occupancy (132
+// multiprocessors × 16 simdgroups, limited by their 128 registers per thread). Below it the
+// kernels are bound by latency (too few loads in flight), not by the instructions that a second
+// block per simdgroup saves (docs/performance.md §3).
+const BLMFullWave = 132 * 16
+
+// BLMGroupBlocks returns the blocks of 16 rows one BLM threadgroup covers: (BLMThreads/32/parts)
+// simdgroups per part, each with warpBlocks blocks.
+func BLMGroupBlocks(parts, warpBlocks uint32) uint32 { return BLMThreads / 32 / parts * warpBlocks }
 
 // BLMParams: the BLM matrix × rows product (docs/blm.md §6; runtime/backend/cpu.Packed):
 // y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, over the packed bytes w of
 // docs/blm.md §2/§5 (geometry fields as blm.Geometry: Lanes, UnitWords = U/16, Stripe = W,
 // Payload = P, Group = G or 0). scales is the row-scale table (one float per packed row).
-// Kernel BLMKernel(format, rows), buffers w (u8), scales, x, y. One threadgroup per block of 16
-// rows; each simdgroup lane loads 16-byte words, so one load instruction reads 512 contiguous
-// bytes; FP32 accumulation; the L lanes of a row are summed by an xor butterfly over offsets
-// L/2 … 1.
+// Kernel BLMKernel(format, rows), buffers w (u8), scales, x, y. A threadgroup covers
+// BLMGroupBlocks(Parts, WarpBlocks) blocks; K is split into Parts contiguous parts (1, 2 or 4)
+// whose float32 partial sums the threadgroup adds in order. Lanes load 16 bytes each, four or
+// all 32 lanes of one unit word run at a time (64 or 512 contiguous bytes); FP32 accumulation.
 type BLMParams struct {
-	DoneWord  uint32
-	Rows      uint32
-	RowsWord  uint32
-	N         uint32
-	K         uint32
-	Lanes     uint32
-	UnitWords uint32
-	Stripe    uint32
-	Payload   uint32
-	Group     uint32
-	Blocks    uint32
-	LdX, LdY  uint32
-	Epilogue  uint32
+	DoneWord   uint32
+	Rows       uint32
+	RowsWord   uint32
+	N          uint32
+	K          uint32
+	Lanes      uint32
+	UnitWords  uint32
+	Stripe     uint32
+	Payload    uint32
+	Group      uint32
+	Blocks     uint32
+	LdX, LdY   uint32
+	Epilogue   uint32
+	Parts      uint32 // K split into this many parts per threadgroup: 1, 2 or 4
+	WarpBlocks uint32 // blocks per simdgroup: 1 or 2 (≤ BLMMaxWarpBlocks)
 }
 
-// Grid is one threadgroup per block.
-func (p BLMParams) Grid() [3]uint32 { return [3]uint32{p.Blocks, 1, 1} }
+// Grid is ⌈Blocks / BLMGroupBlocks(Parts, WarpBlocks)⌉ threadgroups.
+func (p BLMParams) Grid() [3]uint32 {
+	per := BLMGroupBlocks(p.Parts, p.WarpBlocks)
+	return [3]uint32{(p.Blocks + per - 1) / per, 1, 1}
+}
+
+// BLMSplit returns the work split NewBLMParams uses for a matrix of blocks blocks: K in 4 parts
+// (measured best for every 27B shape: the parts cost no extra instructions, only the final
+// in-threadgroup sum, and give 4× the simdgroups), and two blocks per simdgroup when that still
+// gives a full wave (BLMFullWave simdgroups), else one.
+func BLMSplit(blocks int64) (parts, warpBlocks uint32) {
+	parts = 4
+	if (blocks+1)/2*int64(parts) >= BLMFullWave {
+		return parts, 2
+	}
+	return parts, 1
+}
 
 // NewBLMParams returns the record of matrix g for rows activation rows (fixed; set RowsWord for
-// a dynamic count), contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word.
-// The matrix must be < 4 GiB (offsets are 32-bit) in a format with a kernel (nvfp4, fp8_e4m3,
-// bf16).
+// a dynamic count), contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word,
+// the work split of BLMSplit. The matrix must be < 4 GiB (offsets are 32-bit) in a format with a kernel
+// (nvfp4, fp8_e4m3, bf16).
 func NewBLMParams(g blm.Geometry, rows int, epilogue uint32) (BLMParams, error) {
 	if err := g.Check(); err != nil {
 		return BLMParams{}, err
@@ -138,6 +171,7 @@ func NewBLMParams(g blm.Geometry, rows int, epilogue uint32) (BLMParams, error) 
 		Lanes: uint32(g.Lanes), UnitWords: uint32(g.UnitBytes / blm.WordBytes), Stripe: uint32(g.Stripe),
 		Payload: uint32(g.PayloadBytes), Group: uint32(g.GroupSize), Blocks: uint32(g.Blocks),
 		LdX: uint32(g.K), LdY: uint32(g.N), Epilogue: epilogue}
+	p.Parts, p.WarpBlocks = BLMSplit(g.Blocks)
 	if epilogue == EpiSwiGLU {
 		if g.N%16 != 0 {
 			return BLMParams{}, fmt.Errorf("kernels: SwiGLU epilogue over %d rows: want whole blocks of 8 gate + 8 up rows", g.N)

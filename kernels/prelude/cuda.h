@@ -14,6 +14,9 @@ typedef float f32;
 #define BARRIER() __syncthreads()            // threadgroup barrier, threadgroup memory ordered
 #define BARRIER_DEV() __syncthreads()        // barrier that also orders device memory within the block
 
+#define UNROLL _Pragma("unroll")             // fully unroll the next constant-trip loop
+#define SIMD_BARRIER() __syncwarp()        // simdgroup barrier, threadgroup memory ordered among its lanes
+#define THR                                  // thread-private pointer qualifier
 #define SIMD_XOR(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
 #define SIMD_BCAST(x, l) __shfl_sync(0xffffffffu, (x), (l))
 
@@ -32,3 +35,23 @@ typedef float f32;
     const uint3 tg = blockIdx; const uint3 ngroups = gridDim;                  \
     const u32 tid = threadIdx.x; const u32 lane = tid & 31u; const u32 sg = tid >> 5; \
     (void)tg; (void)ngroups; (void)lane; (void)sg
+
+// Tensor-core primitives of the BLM matrix kernels (ops/blm.kern, BLM_MMA path; docs/performance.md §3).
+// bf16x2_mul: both bf16 halves of a times those of b, rounded to nearest (subnormal inputs kept:
+// PTX bf16 arithmetic has no flush-to-zero mode); fma with −0 as the addend is the product.
+#define BLM_MMA 1
+FN u32 bf16x2_mul(u32 a, u32 b) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+// blm_mma: c[0..3] += A·B for one m16n8k16 tile, bf16 inputs, f32 accumulators, in the PTX ISA's
+// fragment layout (groupID = lane/4, tig = lane%4): a0 = A[gid][2tig, 2tig+1], a1 = A[gid+8][…],
+// a2 = A[gid][2tig+8, 2tig+9], a3 = A[gid+8][…]; b0 = B[2tig, 2tig+1][gid], b1 = B[2tig+8, 2tig+9][gid];
+// c = D[gid][2tig, 2tig+1], D[gid+8][2tig, 2tig+1]. The lower-indexed element is the low half.
+FN void blm_mma(THR float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, u32 lane) {
+    (void)lane;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}

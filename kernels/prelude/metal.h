@@ -21,6 +21,9 @@ typedef float f32;
 #define BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
 #define BARRIER_DEV() threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup)
 
+#define UNROLL _Pragma("unroll")             // fully unroll the next constant-trip loop
+#define SIMD_BARRIER() simdgroup_barrier(mem_flags::mem_threadgroup)
+#define THR thread                           // thread-private pointer qualifier
 #define SIMD_XOR(x, m) simd_shuffle_xor((x), (ushort)(m))
 #define SIMD_BCAST(x, l) simd_broadcast((x), (ushort)(l))
 
@@ -31,3 +34,46 @@ typedef float f32;
 #define SQRT(x) precise::sqrt(x)
 #define COS(x) precise::cos(x)
 #define SIN(x) precise::sin(x)
+
+// The BLM matrix kernels (ops/blm.kern) take their scalar path on Metal (BLM_MMA 0). With
+// LITHOS_BLM_MMA defined before this prelude (a test build for the fiber runtime only,
+// kernels/fiber_blm_test.go), they take the CUDA tensor-core path instead, with the two CUDA
+// primitives emulated below: the same data flow and fragment layouts, so that the path the
+// H200 runs is checked off the device too (the products are exact in both; sums are float32).
+#ifdef LITHOS_BLM_MMA
+#define BLM_MMA 1
+// bf16_bits_to_f32 / f32 → bf16 (round to nearest even; NaN not special-cased: test inputs have none).
+static inline float blm_bf16lo(uint a) { return as_type<float>(a << 16); }
+static inline float blm_bf16hi(uint a) { return as_type<float>(a & 0xFFFF0000u); }
+static inline uint blm_rn_bf16(float f) {
+    const uint u = as_type<uint>(f);
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+static inline uint bf16x2_mul(uint a, uint b) {
+    return blm_rn_bf16(blm_bf16lo(a) * blm_bf16lo(b)) | (blm_rn_bf16(blm_bf16hi(a) * blm_bf16hi(b)) << 16);
+}
+static inline float blm_dot2(uint a, uint b) { return blm_bf16lo(a) * blm_bf16lo(b) + blm_bf16hi(a) * blm_bf16hi(b); }
+// blm_mma: the PTX m16n8k16 bf16 MMA (see prelude/cuda.h for the fragment layout) by simdgroup
+// shuffles: lane (g, q) gathers row g's and row g+8's A fragments and columns 2q, 2q+1's B
+// fragments from the four lanes of each quad.
+static inline void blm_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, uint lane) {
+    const uint g = lane >> 2, q = lane & 3u;
+    uint4 av;
+    av.x = a0; av.y = a1; av.z = a2; av.w = a3;
+    uint2 bv;
+    bv.x = b0; bv.y = b1;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (uint k = 0; k < 4u; ++k) {
+        const uint4 A = simd_shuffle(av, (ushort)(4u * g + k));
+        const uint2 B0 = simd_shuffle(bv, (ushort)(8u * q + k));
+        const uint2 B1 = simd_shuffle(bv, (ushort)(8u * q + 4u + k));
+        s0 += blm_dot2(A.x, B0.x) + blm_dot2(A.z, B0.y);
+        s1 += blm_dot2(A.x, B1.x) + blm_dot2(A.z, B1.y);
+        s2 += blm_dot2(A.y, B0.x) + blm_dot2(A.w, B0.y);
+        s3 += blm_dot2(A.y, B1.x) + blm_dot2(A.w, B1.y);
+    }
+    c[0] += s0; c[1] += s1; c[2] += s2; c[3] += s3;
+}
+#else
+#define BLM_MMA 0
+#endif

@@ -1,0 +1,216 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"lithos/formats"
+)
+
+// The BLM kernels' tensor-core path (ops/blm.kern, BLM_MMA: what NVRTC compiles for the GPU)
+// run in the fiber runtime: the Metal source built with LITHOS_BLM_MMA, where prelude/metal.h
+// emulates the PTX m16n8k16 bf16 MMA with simdgroup shuffles in the PTX fragment layout. The
+// data flow of the GPU kernel — which lane loads which unit word, the K-slot permutation, the
+// exact bf16 split of the activations, the block-scale decode, the K parts and the epilogue —
+// is checked here against the CPU backend; the hardware MMA itself only on the GPU
+// (runtime/backend/cuda TestOpBLM, TestBLMParts).
+
+var (
+	mmaFiberOnce sync.Once
+	mmaFiber     fiberProgram
+)
+
+// mmaFiberExe returns the fiber executable of the tensor-core variant (built once, in the
+// directory of the main fiber build, which TestMain removes).
+func mmaFiberExe(t testing.TB) string {
+	t.Helper()
+	generatedFiber(t)
+	mmaFiberOnce.Do(func() {
+		mmaFiberDir := filepath.Join(fiberDir, "mma")
+		if mmaFiber.err = os.Mkdir(mmaFiberDir, 0o755); mmaFiber.err != nil {
+			return
+		}
+		calls := map[string]string{}
+		var order []string
+		for _, k := range Kernels() {
+			if k.Op != "blm" {
+				continue
+			}
+			calls[k.Name] = fiberCall(k)
+			order = append(order, k.Name)
+		}
+		mmaFiber.exe, mmaFiber.err = buildFiber(t, mmaFiberDir, "lithos_mma", "#define LITHOS_BLM_MMA 1\n"+Source(Metal), calls, order)
+	})
+	if mmaFiber.err != nil {
+		t.Fatalf("build the tensor-core fiber variant: %v", mmaFiber.err)
+	}
+	return mmaFiber.exe
+}
+
+// runBLM runs one BLM launch with record p on exe and returns y (rows × outN, poisoned before).
+func runBLM(t *testing.T, exe string, kern string, p BLMParams, c blmCase, x []float32, rows, outN int, y0 []float32) []float32 {
+	t.Helper()
+	var j job
+	var y int
+	if y0 != nil {
+		y = j.f32(y0)
+	} else {
+		y = j.poison(rows * outN)
+	}
+	j.launch(t, kern, p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.buf(c.packed), j.f32(c.scales), j.f32(x), y)
+	r, err := j.runSchedules(t, exe)
+	if err != nil {
+		t.Fatalf("fiber run: %v", err)
+	}
+	return bytesF32(r[y])
+}
+
+func TestFiberBLMTensorCorePath(t *testing.T) {
+	exe := mmaFiberExe(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	type shape struct {
+		f     formats.Format
+		n, k  int64
+		lanes int
+	}
+	shapes := []shape{
+		{formats.NVFP4, 40, 1024, 32}, // aligned groups, N not a multiple of 16
+		{formats.NVFP4, 24, 256, 0},   // L = 2 (folded rows, 16 rows per step): the Markov W2 shape
+		{formats.NVFP4, 20, 48, 0},    // stripes starting inside groups (per-code scale slots)
+		{formats.NVFP4, 17, 544, 8},   // W = 68, L = 8
+		{formats.NVFP4, 32, 5120, 0},  // the 27B's K: 5 payload words + a scale word per unit
+		{formats.FP8, 33, 1000, 32},   // K not a multiple of 512: padding columns
+		{formats.FP8, 16, 256, 0},     // L = 16
+		{formats.BF16, 19, 264, 32},   // W = 9: odd stripes
+		{formats.BF16, 16, 64, 4},
+	}
+	for _, sh := range shapes {
+		c := newBLMCase(t, r, sh.f, sh.n, sh.k, sh.lanes, false)
+		// (rows, parts, blocks per simdgroup): each K split, both block counts and each row
+		// count on every shape; the 27B's K once.
+		cases := [][3]int{{1, 4, 1}, {3, 1, 2}, {8, 2, 2}, {8, 4, 1}}
+		if sh.k > 1024 {
+			cases = [][3]int{{8, 1, 2}}
+		}
+		for _, rp := range cases {
+			{
+				rows, parts, wb := rp[0], uint32(rp[1]), uint32(rp[2])
+				name := fmt.Sprintf("%s_%dx%d_L%d_rows%d_parts%d_wb%d", sh.f, sh.n, sh.k, c.g.Lanes, rows, parts, wb)
+				t.Run(name, func(t *testing.T) {
+					k, n := int(sh.k), int(sh.n)
+					x := randVec(r, rows*k, 1)
+					m, err := c.ref.All()
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := make([]float32, rows*n)
+					if err := m.Mul(want, x, rows); err != nil {
+						t.Fatal(err)
+					}
+					bound := c.bound(x, rows)
+					kern, err := BLMKernel(sh.f, rows)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p, err := NewBLMParams(c.g, rows, EpiStore)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p.Parts, p.WarpBlocks = parts, wb
+					got := runBLM(t, exe, kern, p, c, x, rows, n, nil)
+					worst := 0.0
+					for i := range want {
+						d := math.Abs(float64(got[i]) - float64(want[i]))
+						if math.IsNaN(float64(got[i])) || d > bound[i]+1e-30 {
+							t.Fatalf("y[%d, %d] = %g, want %g: |Δ| %.3g > bound %.3g", i/n, i%n, got[i], want[i], d, bound[i])
+						}
+						worst = max(worst, d/(bound[i]+1e-30))
+					}
+					t.Logf("worst |Δ| at %.3f of the summation bound", worst)
+				})
+			}
+		}
+	}
+}
+
+// TestFiberBLMTensorCoreRowsInvariant: on the tensor-core path a row's result does not depend
+// on how many rows the launch has or which kernel variant runs it (bit for bit), so a verify
+// pass over 8 rows and a plain decode step of 1 row give the same logits for the same input.
+func TestFiberBLMTensorCoreRowsInvariant(t *testing.T) {
+	exe := mmaFiberExe(t)
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, f := range []formats.Format{formats.NVFP4, formats.FP8, formats.BF16} {
+		c := newBLMCase(t, r, f, 32, 256, 32, false)
+		k, n := int(c.g.K), int(c.g.N)
+		x := randVec(r, 8*k, 2)
+		var first []float32
+		for _, v := range BLMRowVariants {
+			for _, rows := range []int{1, v} {
+				kern, _ := BLMKernel(f, v)
+				p, err := NewBLMParams(c.g, rows, EpiStore)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := runBLM(t, exe, kern, p, c, x[:rows*k], rows, n, nil)[:n]
+				if first == nil {
+					first = got
+					continue
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(first[i]) {
+						t.Fatalf("%s: variant r%d with %d rows: y[0, %d] = %g, the 1-row launch gave %g", f, v, rows, i, got[i], first[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestFiberBLMTensorCoreEpilogues(t *testing.T) {
+	exe := mmaFiberExe(t)
+	r := rand.New(rand.NewPCG(25, 26))
+	const rows = 3
+	c := newBLMCase(t, r, formats.NVFP4, 48, 512, 0, true)
+	k, n := int(c.g.K), int(c.g.N)
+	x := randVec(r, rows*k, 1)
+	m, _ := c.ref.All()
+	full := make([]float32, rows*n)
+	if err := m.Mul(full, x, rows); err != nil {
+		t.Fatal(err)
+	}
+	bound := c.bound(x, rows)
+	kern, _ := BLMKernel(formats.NVFP4, 4)
+	t.Run("add", func(t *testing.T) {
+		res := randVec(r, rows*n, 3)
+		p, _ := NewBLMParams(c.g, rows, EpiAdd)
+		got := runBLM(t, exe, kern, p, c, x, rows, n, res)
+		for i := range full {
+			want := res[i] + full[i]
+			if d := math.Abs(float64(got[i] - want)); math.IsNaN(float64(got[i])) || d > bound[i]+2e-7*math.Abs(float64(want))+1e-30 {
+				t.Fatalf("y[%d] = %g, want %g", i, got[i], want)
+			}
+		}
+	})
+	t.Run("swiglu", func(t *testing.T) {
+		half := n / 2
+		p, _ := NewBLMParams(c.g, rows, EpiSwiGLU)
+		got := runBLM(t, exe, kern, p, c, x, rows, half, nil)
+		for tt := range rows {
+			for o := range half {
+				b, i := o/8, o%8
+				g64, u64 := float64(full[tt*n+16*b+i]), float64(full[tt*n+16*b+8+i])
+				silu := g64 / (1 + math.Exp(-g64))
+				want := silu * u64
+				lim := 1.1*math.Abs(u64)*bound[tt*n+16*b+i] + math.Abs(silu)*bound[tt*n+16*b+8+i] + 1e-6*math.Abs(want) + 1e-30
+				if d := math.Abs(float64(got[tt*half+o]) - want); math.IsNaN(float64(got[tt*half+o])) || d > lim {
+					t.Fatalf("swiglu[%d, %d] = %g, want %g (|Δ| %.3g > %.3g)", tt, o, got[tt*half+o], want, d, lim)
+				}
+			}
+		}
+	})
+}

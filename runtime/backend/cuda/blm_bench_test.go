@@ -1,0 +1,265 @@
+//go:build linux && amd64
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"lithos/formats"
+	"lithos/kernels"
+	"lithos/pack/blm"
+)
+
+// The BLM matrix kernels (kernels/ops/blm.kern) at the 27B's shapes, per matrix, every format,
+// 1 and 8 rows and every K split (kernels.BLMParams.Parts), against the read bandwidth measured
+// in the same run; and their correctness for each K split and row count (TestBLMParts).
+
+// TestBLMParts: every work split (K in Parts 1, 2, 4; 1 or 2 blocks per simdgroup) of each
+// format against the CPU backend (tolerance as TestOpBLM), and the tensor-core path's row invariance: row 0 of an 8-row launch equals the
+// 1-row launch of the r1 kernel bit for bit (a verify pass and a decode step agree exactly).
+func TestBLMParts(t *testing.T) {
+	e := newOpEnv(t, 31)
+	specs := []blm.Spec{
+		{Format: formats.NVFP4, N: 96, K: 5120},
+		{Format: formats.NVFP4, N: 64, K: 17408},
+		{Format: formats.NVFP4, N: 40, K: 256}, // the policy: L = 2 (the Markov W2 shape)
+		{Format: formats.FP8, N: 80, K: 6144},
+		{Format: formats.BF16, N: 48, K: 5120},
+	}
+	for _, spec := range specs {
+		m := newBLMMatrix(t, e.r, spec)
+		bw, bs := e.bytes(m.packed), e.bytes(m.table)
+		n, k := int(m.g.N), int(m.g.K)
+		all := make([]int32, n)
+		for i := range all {
+			all[i] = int32(i)
+		}
+		x := e.randn(8*k, 1)
+		bx := e.f32(x)
+		want, tol := m.ref(t, all, x, 8)
+		for _, split := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}} {
+			parts, wb := split[0], split[1]
+			name := fmt.Sprintf("%s_%dx%d_L%d/parts%d_wb%d", m.g.Format, n, k, m.g.Lanes, parts, wb)
+			t.Run(name, func(t *testing.T) {
+				e.t = t
+				var row0 []float32
+				for _, rows := range []int{1, 8} {
+					kname, _ := kernels.BLMKernel(m.g.Format, rows)
+					rec, err := kernels.NewBLMParams(m.g, rows, kernels.EpiStore)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rec.Parts, rec.WarpBlocks = parts, wb
+					by := e.poisoned(rows * n)
+					e.run(kname, rec, rec.Grid(), bw, bs, bx, by)
+					got := e.read(by, rows*n)
+					check(t, fmt.Sprintf("%d rows", rows), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
+					if rows == 1 {
+						row0 = got
+						continue
+					}
+					for i := 0; i < n; i++ {
+						if math.Float32bits(got[i]) != math.Float32bits(row0[i]) {
+							t.Fatalf("row 0 of the 8-row launch: y[%d] = %g, the 1-row launch gave %g", i, got[i], row0[i])
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func f32s(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
+
+// BenchmarkBLMShapes times each of the 27B's matrix shapes alone (its bundle format, and the
+// GDN shapes also in BF16), at 1 and 8 rows and each K split: as many copies of the matrix as
+// make ≥ 1 GB (random bytes; the L2 holds 60 MB), launched back to back in one captured graph,
+// median of 7 replays. The read floor is the streaming read bandwidth measured in the same run.
+// Reports GB/s and × floor per shape, rows and work split (K parts, blocks per simdgroup; "d"
+// marks NewBLMParams's own choice).
+func BenchmarkBLMShapes(b *testing.B) {
+	d := testDevice(b)
+	ks, err := d.LoadKernels()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ks.Unload()
+	floor, err := d.ReadBandwidth(4<<30, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("read bandwidth floor: %.0f GB/s", floor.GBps())
+	chk, err := d.loadCheck()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer chk.mod.Unload()
+	s, err := d.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	type shape struct {
+		name string
+		f    formats.Format
+		n, k int64
+		epi  uint32
+	}
+	shapes := []shape{
+		{"nvfp4-gate_up", formats.NVFP4, 34816, 5120, kernels.EpiSwiGLU},
+		{"nvfp4-down", formats.NVFP4, 5120, 17408, kernels.EpiStore},
+		{"nvfp4-lm_head", formats.NVFP4, 248320, 5120, kernels.EpiStore},
+		{"fp8-qkv", formats.FP8, 10240, 5120, kernels.EpiStore},
+		{"fp8-z", formats.FP8, 6144, 5120, kernels.EpiStore},
+		{"fp8-out", formats.FP8, 5120, 6144, kernels.EpiStore},
+		{"bf16-qkv", formats.BF16, 10240, 5120, kernels.EpiStore},
+		{"bf16-out", formats.BF16, 5120, 6144, kernels.EpiStore},
+	}
+	ctl, err := d.Alloc(256)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctl.Free()
+	if err := s.Fill32(ctl, 0, 64, 0); err != nil {
+		b.Fatal(err)
+	}
+	x, err := d.Alloc(8 * 17408 * 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Free()
+	y, err := d.Alloc(8 * 248320 * 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer y.Free()
+	xs := make([]float32, 8*17408)
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := range xs {
+		xs[i] = float32(1+r.Float64()) * float32(1-2*r.IntN(2))
+	}
+	if err := d.Write(x, 0, Float32Bytes(xs)); err != nil {
+		b.Fatal(err)
+	}
+	var summary []string
+	for _, sh := range shapes {
+		g, err := blm.NewGeometry(blm.Spec{Format: sh.f, N: sh.n, K: sh.k})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rowsTab := g.Blocks * int64(g.Rows)
+		per := g.TotalBytes + 4*rowsTab
+		copies := int((1e9 + per - 1) / per)
+		type mat struct{ w, s *Buffer }
+		var mats []mat
+		for c := 0; c < copies; c++ {
+			var m mat
+			if m.w, err = d.Alloc(g.TotalBytes); err != nil {
+				b.Fatal(err)
+			}
+			if m.s, err = d.Alloc(4 * rowsTab); err != nil {
+				b.Fatal(err)
+			}
+			if err := chk.fill.Launch(s, D1(d.Info.SMs*4), D1(512), 0, m.w, uint64(g.TotalBytes/4), uint64(c+1)); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Fill32(m.s, 0, rowsTab, 0x3c000000); err != nil {
+				b.Fatal(err)
+			}
+			mats = append(mats, m)
+		}
+		if err := s.Wait(0); err != nil {
+			b.Fatal(err)
+		}
+		total := int64(copies) * per
+		for _, rows := range []int{1, 8} {
+			p0, err := kernels.NewBLMParams(g, rows, sh.epi)
+			if err != nil {
+				b.Fatal(err)
+			}
+			name, _ := kernels.BLMKernel(g.Format, rows)
+			for _, split := range [][2]uint32{{4, 2}, {4, 1}, {2, 2}} {
+				parts, wb := split[0], split[1]
+				p := p0
+				p.Parts, p.WarpBlocks = parts, wb
+				var recs Records
+				off := recs.Add(p)
+				if err := recs.Upload(d); err != nil {
+					b.Fatal(err)
+				}
+				gr, err := s.Capture(func() error {
+					for _, m := range mats {
+						if err := ks.Launch(s, name, p.Grid(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				const reps = 7
+				evs := make([]*Event, reps+1)
+				for i := range evs {
+					if evs[i], err = d.NewEvent(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := gr.Launch(s); err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; i < reps; i++ {
+					evs[i].Record(s)
+					if err := gr.Launch(s); err != nil {
+						b.Fatal(err)
+					}
+				}
+				evs[reps].Record(s)
+				if err := s.Wait(0); err != nil {
+					b.Fatalf("%s rows %d parts %d: %v", sh.name, rows, parts, err)
+				}
+				times := make([]time.Duration, reps)
+				for i := range times {
+					if times[i], err = evs[i+1].Since(evs[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				bw := newBandwidth(total, times)
+				mark := ""
+				if parts == p0.Parts && wb == p0.WarpBlocks {
+					mark = "d"
+				}
+				key := sh.name + "-r" + strconv.Itoa(rows) + "-p" + strconv.Itoa(int(parts)) + "w" + strconv.Itoa(int(wb)) + mark
+				b.ReportMetric(bw.GBps()/floor.GBps(), key+"-xfloor")
+				line := fmt.Sprintf("%-14s rows %d parts %d wb %d%-1s grid %5d: %d × %.1f MB, median %8.1f us/matrix: %5.0f GB/s = %.3f × floor",
+					sh.name, rows, parts, wb, mark, p.Grid()[0], copies, float64(per)/1e6, float64(bw.Median.Microseconds())/float64(copies), bw.GBps(), bw.GBps()/floor.GBps())
+				b.Log(line)
+				summary = append(summary, line)
+				for _, e := range evs {
+					e.Close()
+				}
+				gr.Close()
+				recs.Free()
+			}
+		}
+		for _, m := range mats {
+			m.w.Free()
+			m.s.Free()
+		}
+	}
+	b.Logf("summary (floor %.0f GB/s):", floor.GBps())
+	for _, l := range summary {
+		b.Log(l)
+	}
+}
