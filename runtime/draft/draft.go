@@ -141,6 +141,9 @@ type State struct {
 
 	// Draft scratch, [B, …] rows.
 	h, x, q, kk, vv, att, mix, gate, up, hn, base, row, w1, cin []float32
+	// The block's queries and outputs regrouped by KV head for one Attend call ([KVHeads, B,
+	// Heads/KVHeads, HeadDim]).
+	qKV, attKV []float32
 	// Append scratch, [appendChunk, …] rows.
 	ctx, ck, cv []float32
 	cos, sin    []float32
@@ -172,6 +175,7 @@ func (d *Drafter) NewState(capacity int) (*State, error) {
 	qd := c.Heads * c.HeadDim
 	st.h, st.x, st.hn, st.mix = make([]float32, B*h), make([]float32, B*h), make([]float32, B*h), make([]float32, B*h)
 	st.q, st.att = make([]float32, B*qd), make([]float32, B*qd)
+	st.qKV, st.attKV = make([]float32, B*qd), make([]float32, B*qd)
 	st.kk, st.vv = make([]float32, B*kvRow), make([]float32, B*kvRow)
 	st.gate, st.up = make([]float32, B*c.Intermediate), make([]float32, B*c.Intermediate)
 	st.base, st.row = make([]float32, B*c.Vocab), make([]float32, c.Vocab)
@@ -374,11 +378,11 @@ func (d *Drafter) Draft(ctx context.Context, st *State, anchor int32, choose fun
 		copy(kc[P*kvRow:(P+B)*kvRow], st.kk)
 		copy(vc[P*kvRow:(P+B)*kvRow], st.vv)
 		// Non-causal: each block row is a single-row causal attention at the block's last
-		// position, which covers the context and every block row.
-		for r := 0; r < B; r++ {
-			if err := model.Attend(d.attn, st.att[r*qd:(r+1)*qd], st.q[r*qd:(r+1)*qd], 1, P+B-1, kc, vc, scale, part); err != nil {
-				return fmt.Errorf("draft: layer %d attention: %w", li, err)
-			}
+		// position, which covers the context and every block row. All B rows attend to the
+		// same keys, so they run as one row of B·Heads query heads, ordered by the KV head
+		// they read (each head computed exactly as a row of its own would be).
+		if err := d.attendBlock(st, kc, vc, P+B-1, scale, part); err != nil {
+			return fmt.Errorf("draft: layer %d attention: %w", li, err)
 		}
 		if err := l.O.Mul(st.mix, st.att, B); err != nil {
 			return fmt.Errorf("draft: layer %d o_proj: %w", li, err)
@@ -404,6 +408,33 @@ func (d *Drafter) Draft(ctx context.Context, st *State, anchor int32, choose fun
 	}
 	d.trace("base", B, st.base)
 	return d.chain(st, anchor, choose, out)
+}
+
+// attendBlock writes st.att ([B, Heads·HeadDim]): every block row's attention over the cache
+// positions 0 … last, through one model.Attend call whose query heads are the B rows' heads
+// regrouped as [KVHeads, B, Heads/KVHeads] (head j' reads KV head j' / (B·Heads/KVHeads)).
+func (d *Drafter) attendBlock(st *State, kc, vc []float32, last int, scale float32, part int) error {
+	c := &d.Cfg
+	B, hd, kv := c.BlockSize, c.HeadDim, c.KVHeads
+	g := c.Heads / kv
+	qd := c.Heads * hd
+	for r := 0; r < B; r++ {
+		for j := 0; j < c.Heads; j++ {
+			dst := ((j/g)*B*g + r*g + j%g) * hd
+			copy(st.qKV[dst:dst+hd], st.q[r*qd+j*hd:r*qd+(j+1)*hd])
+		}
+	}
+	shape := model.AttnShape{Heads: B * c.Heads, KVHeads: kv, HeadDim: hd}
+	if err := model.Attend(shape, st.attKV, st.qKV, 1, last, kc, vc, scale, part); err != nil {
+		return err
+	}
+	for r := 0; r < B; r++ {
+		for j := 0; j < c.Heads; j++ {
+			src := ((j/g)*B*g + r*g + j%g) * hd
+			copy(st.att[r*qd+j*hd:r*qd+(j+1)*hd], st.attKV[src:src+hd])
+		}
+	}
+	return nil
 }
 
 // chain runs the Markov chain over the base logits and final-normed rows in st.

@@ -42,7 +42,13 @@ func Attend(s AttnShape, out, q []float32, rows, p0 int, kc, vc []float32, scale
 	}
 	group := s.Heads / s.KVHeads
 	tasks := rows * s.Heads
-	vec.ParallelFor(tasks, vec.MinRowsPerTask((p0+rows)*hd*2), func(lo, hi int) {
+	// The SIMD scores and weighted sums (dotsAVX2, axpysAVX2) run ~8× faster: larger tasks.
+	simd := useSIMD() && hd%32 == 0
+	grain := (p0 + rows) * hd * 2
+	if simd {
+		grain /= 8
+	}
+	vec.ParallelFor(tasks, vec.MinRowsPerTask(grain), func(lo, hi int) {
 		scores := make([]float32, part)
 		acc := make([]float32, hd)
 		po := make([]float32, hd)
@@ -57,17 +63,35 @@ func Attend(s AttnShape, out, q []float32, rows, p0 int, kc, vc []float32, scale
 			for s0 := 0; s0 <= last; s0 += part {
 				e := min(s0+part, last+1)
 				pm := float32(math.Inf(-1))
-				for t := s0; t < e; t++ {
-					sc := vec.Dot(qv, kc[t*kvRow+kvh*hd:t*kvRow+kvh*hd+hd]) * scale
-					scores[t-s0] = sc
-					pm = max(pm, sc)
-				}
 				var pl float32
 				clear(po)
-				for t := s0; t < e; t++ {
-					p := exp32(scores[t-s0] - pm)
-					pl += p
-					vec.Axpy(po, p, vc[t*kvRow+kvh*hd:t*kvRow+kvh*hd+hd])
+				if simd {
+					sc := scores[:e-s0]
+					dotsAVX2(&sc[0], &qv[0], &kc[s0*kvRow+kvh*hd], kvRow, e-s0, hd)
+					for i, v := range sc {
+						v *= scale
+						sc[i] = v
+						pm = max(pm, v)
+					}
+					for i, v := range sc {
+						sc[i] = v - pm
+					}
+					vexp(sc, sc, vexpExp)
+					for _, p := range sc {
+						pl += p
+					}
+					axpysAVX2(&po[0], &sc[0], &vc[s0*kvRow+kvh*hd], kvRow, e-s0, hd)
+				} else {
+					for t := s0; t < e; t++ {
+						sc := vec.Dot(qv, kc[t*kvRow+kvh*hd:t*kvRow+kvh*hd+hd]) * scale
+						scores[t-s0] = sc
+						pm = max(pm, sc)
+					}
+					for t := s0; t < e; t++ {
+						p := exp32(scores[t-s0] - pm)
+						pl += p
+						vec.Axpy(po, p, vc[t*kvRow+kvh*hd:t*kvRow+kvh*hd+hd])
+					}
 				}
 				nm := max(m, pm)
 				a := exp32(m - nm) // 0 for the first partition (m = −Inf)

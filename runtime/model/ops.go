@@ -47,11 +47,27 @@ func OnePlus(w []float32) []float32 {
 // x, z and dst hold groups·len(w) values; dst may be x.
 func GatedRMSNorm(dst, x, z, w []float32, groups int, eps float32) {
 	d := len(w)
+	var sz []float32 // SiLU(z) of a group on the SIMD path
+	if useSIMD() {
+		var buf [vexpChunk]float32
+		sz = buf[:]
+		if d > len(sz) {
+			sz = make([]float32, d)
+		}
+		sz = sz[:d]
+	}
 	for g := 0; g < groups; g++ {
 		xr := x[g*d : g*d+d]
 		zr := z[g*d : g*d+d]
 		dr := dst[g*d : g*d+d]
 		inv := invRMS(xr, eps)
+		if sz != nil {
+			vexp(sz, zr, vexpSiLU)
+			for i, v := range xr {
+				dr[i] = (w[i] * (v * inv)) * sz[i]
+			}
+			continue
+		}
 		for i, v := range xr {
 			dr[i] = (w[i] * (v * inv)) * SiLU(zr[i])
 		}
@@ -98,6 +114,18 @@ func Softplus(x float32) float32 {
 func SwiGLU(dst, gate, up []float32) {
 	up = up[:len(dst)]
 	gate = gate[:len(dst)]
+	if useSIMD() {
+		var buf [vexpChunk]float32
+		for i := 0; i < len(dst); i += vexpChunk {
+			e := min(i+vexpChunk, len(dst))
+			s := buf[:e-i]
+			vexp(s, gate[i:e], vexpSiLU)
+			for j, v := range s {
+				dst[i+j] = v * up[i+j]
+			}
+		}
+		return
+	}
 	for i := range dst {
 		dst[i] = SiLU(gate[i]) * up[i]
 	}
@@ -106,6 +134,18 @@ func SwiGLU(dst, gate, up []float32) {
 // SigmoidGate does x[i] *= σ(gate[i]) (the attention output gate).
 func SigmoidGate(x, gate []float32) {
 	gate = gate[:len(x)]
+	if useSIMD() {
+		var buf [vexpChunk]float32
+		for i := 0; i < len(x); i += vexpChunk {
+			e := min(i+vexpChunk, len(x))
+			s := buf[:e-i]
+			vexp(s, gate[i:e], vexpSigmoid)
+			for j, v := range s {
+				x[i+j] *= v
+			}
+		}
+		return
+	}
 	for i := range x {
 		x[i] *= Sigmoid(gate[i])
 	}

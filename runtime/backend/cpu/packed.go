@@ -20,15 +20,20 @@ import (
 // mapped bytes (the packed matrix and its row-scale table), never copied or unpacked. Its
 // kernels read the block-lane-major layout directly (docs/blm.md §2, §5): for each output
 // row they decode the row's Lanes units (payload codes and the block scales stored beside
-// them) into a float32 row of K weights, then take its dot product with every activation
-// row. Decoding a row once serves all activation rows, so 1–8 rows (decode, verify) cost
-// about as much as one, and prefill chunks amortize the decode entirely.
+// them) into float32 weights, then take their dot product with every activation row, so a
+// weight is decoded once per product whatever the number of activation rows.
+//
+// Two kernel sets: on amd64 with AVX2 and FMA, NVFP4, FP8 and BF16 matrices whose stripes
+// hold whole 16-column groups (8 columns for BF16) run the SIMD kernels of simd.go (AVX-512
+// where the CPU has it); every other matrix, and every matrix elsewhere, runs the scalar Go
+// kernels below.
 //
 // Numerics (docs/blm.md §6): each decoded weight is code·block scale (exact for NVFP4 and
 // FP8, rounded once to float32 for INT8; INT4 is float32(scale·q) + bias as the formats
-// decoder computes it), the dot product accumulates in float32 with four partial sums, and
-// the row's tensor scale (the row-scale table) multiplies the sum once. This orders the sums
-// differently from blm.Geometry.GEMV, so the two agree to float32 rounding, not bit for bit.
+// decoder computes it), the dot product accumulates in float32 (the scalar kernels with four
+// partial sums; the SIMD kernels' order is in simd.go), and the row's tensor scale (the
+// row-scale table) multiplies the sum once. This orders the sums differently from
+// blm.Geometry.GEMV, so the two agree to float32 rounding, not bit for bit.
 type Packed struct {
 	g       blm.Geometry
 	data    []byte // TotalBytes
@@ -40,6 +45,10 @@ type Packed struct {
 	// starts on a group): single-row products use a per-column table of code·x (tabPool).
 	nibbleTable bool
 	tabPool     sync.Pool // *[]float32 of 16·K
+	// simd: the SIMD path's plan (simd.go), nil where the scalar kernels serve the matrix.
+	simd  *simdPlan
+	xpool sync.Pool // *[]float32 of 8·K: activation rows padded to 8 for the SIMD path
+	dense []float32 // [N, K]: the decoded rows of a small narrow matrix on the SIMD path
 }
 
 // rowTile is the weight rows the multi-row kernel decodes at a time (8 rows of K = 5120 are
@@ -138,6 +147,14 @@ func NewPacked(g blm.Geometry, data, rowScales []byte) (*Packed, error) {
 			}
 		}
 		p.tabPool.New = func() any { w := make([]float32, 16*k); return &w }
+	}
+	p.simd = newSIMDPlan(p)
+	p.xpool.New = func() any { w := make([]float32, 8*k); return &w }
+	if p.simd != nil && k < denseMaxK && g.N*g.K <= denseMaxWeights {
+		p.dense = make([]float32, g.N*g.K)
+		for r := 0; r < int(g.N); r++ {
+			p.decodeRowSIMD(p.dense[r*k:(r+1)*k], r)
+		}
 	}
 	return p, nil
 }
@@ -263,6 +280,10 @@ func (p *Packed) Rows(rows []int32) (model.Matrix, error) {
 				p.g.Format, n, k, m, m*k, m*n, len(x), len(dst))
 		}
 		if m == 0 {
+			return nil
+		}
+		if p.simd != nil {
+			p.mulSIMD(dst, x, m, rows)
 			return nil
 		}
 		var tab *[]float32

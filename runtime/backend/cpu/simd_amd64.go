@@ -1,0 +1,49 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// haveSIMD reports whether this CPU runs the AVX2 + FMA kernels of simd_amd64.s.
+var haveSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// Implemented in simd_amd64.s; see simd.go for what each computes.
+
+//go:noescape
+func nvfp4DecodeAVX2(dst *float32, base *byte, ents *int32, n int, scales *float32)
+
+//go:noescape
+func fp8DecodeAVX2(dst *float32, base *byte, ents *int32, n int)
+
+//go:noescape
+func bf16DecodeAVX2(dst *float32, base *byte, ents *int32, n int)
+
+//go:noescape
+func dot4x2AVX2(w *float32, k int, x0, x1 *float32, out *[8]float32)
+
+//go:noescape
+func dot4x1AVX2(w *float32, k int, x *float32, out *[4]float32)
+
+//go:noescape
+func nvfp4Dot8AVX2(scales *float32, base *byte, ents *int32, n int, x *float32, k int, out *[8]float32)
+
+//go:noescape
+func fp8Dot8AVX2(scales *float32, base *byte, ents *int32, n int, x *float32, k int, out *[8]float32)
+
+//go:noescape
+func bf16Dot8AVX2(scales *float32, base *byte, ents *int32, n int, x *float32, k int, out *[8]float32)
+
+// haveAVX512 reports whether this CPU runs the AVX-512 kernels of simd512_amd64.s.
+var haveAVX512 = haveSIMD && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW
+
+//go:noescape
+func dot4x1AVX512(w *float32, k int, x *float32, out *[4]float32)
+
+//go:noescape
+func dot4x2AVX512(w *float32, k int, x0, x1 *float32, out *[8]float32)
+
+//go:noescape
+func nvfp4Dot2x8AVX512(scales *float32, bases *[2]*byte, ents *int32, n int, x *float32, k int, out *[16]float32)
+
+//go:noescape
+func fp8Dot2x8AVX512(scales *float32, bases *[2]*byte, ents *int32, n int, x *float32, k int, out *[16]float32)
