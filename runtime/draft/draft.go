@@ -162,7 +162,7 @@ func (d *Drafter) NewState(capacity int) (*State, error) {
 		return nil, errors.New("draft state: the drafter has no layers (not made by New)")
 	}
 	// capacity·Layers·kvRow·8 > 2^40, divided stepwise so that no product can overflow.
-	if capacity > (1<<40)/8/c.Layers/kvRow {
+	if int64(capacity) > int64(1<<40)/8/int64(c.Layers)/int64(kvRow) {
 		return nil, fmt.Errorf("draft state: capacity %d needs more than 1 TB of context cache", capacity)
 	}
 	B, h := c.BlockSize, c.Hidden

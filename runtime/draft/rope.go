@@ -84,7 +84,7 @@ func (r *RopeScaling) validate(theta float64) error {
 	switch {
 	case !(theta > 1):
 		return fmt.Errorf("draft config: yarn RoPE needs rope_theta > 1, got %v", theta)
-	case r.OriginalMaxPos <= 0 || r.OriginalMaxPos > 1<<31:
+	case r.OriginalMaxPos <= 0 || int64(r.OriginalMaxPos) > 1<<31:
 		return fmt.Errorf("draft config: yarn original_max_position_embeddings must be positive, got %d", r.OriginalMaxPos)
 	case !finite(r.BetaFast) || !finite(r.BetaSlow) || r.BetaFast <= 0 || r.BetaSlow <= 0:
 		return fmt.Errorf("draft config: yarn beta_fast %v and beta_slow %v must be positive and finite", r.BetaFast, r.BetaSlow)

@@ -217,7 +217,9 @@ func (m *Model) NewState(capacity int) (*State, error) {
 		return nil, fmt.Errorf("state: capacity %d must be positive", capacity)
 	}
 	kvRow := c.KVHeads * c.HeadDim
-	if na := c.Count(Attention); na > 0 && capacity > (1<<40)/(na*kvRow*8) {
+	// capacity·na·kvRow·8 bytes > 2^40, in int64 and divided stepwise so that no product
+	// overflows (and so that it builds where int is 32 bits).
+	if na := c.Count(Attention); na > 0 && int64(capacity) > int64(1<<40)/8/int64(na)/int64(max(kvRow, 1)) {
 		return nil, fmt.Errorf("state: capacity %d needs more than 1 TB of KV cache", capacity)
 	}
 	st := &State{cfg: c, capacity: capacity, pending: -1, layerIdx: make([]int, len(c.Layers))}
