@@ -89,22 +89,40 @@ const (
 // BLMThreads is the threadgroup size of the BLM kernels: BLMThreads/32 simdgroups. A
 // threadgroup covers BLMGroupBlocks(parts, warpBlocks) consecutive blocks of 16 rows: each
 // simdgroup works on warpBlocks of them over one of parts contiguous parts of K (ops/blm.kern).
+// On the tensor-core path the threadgroup splits the activations into their bf16 pieces once,
+// chunk by chunk, for all its simdgroups, so that cost is shared by BLMGroupBlocks blocks.
 const BLMThreads = 128
 
 // BLMMaxWarpBlocks is the most 16-row blocks one simdgroup of a BLM kernel works on (the
 // kernels keep that many accumulator sets and prefetched unit words in registers).
 const BLMMaxWarpBlocks = 2
 
-// BLMFullWave is the simdgroup count at which NewBLMParams gives each simdgroup two blocks
-// instead of one: a full wave of the H200 at the tensor-core kernels' occupancy (132
-// multiprocessors × 16 simdgroups, limited by their 128 registers per thread). Below it the
-// kernels are bound by latency (too few loads in flight), not by the instructions that a second
-// block per simdgroup saves (docs/performance.md §3).
-const BLMFullWave = 132 * 16
+// BLMWaveGroups is the threadgroup count NewBLMParams wants at least before it gives a
+// threadgroup more blocks: two per multiprocessor of the H200 (132), about what the tensor-core
+// kernels keep resident (3–5 threadgroups of 128 threads at 90–153 registers per thread).
+const BLMWaveGroups = 2 * 132
 
 // BLMGroupBlocks returns the blocks of 16 rows one BLM threadgroup covers: (BLMThreads/32/parts)
 // simdgroups per part, each with warpBlocks blocks.
 func BLMGroupBlocks(parts, warpBlocks uint32) uint32 { return BLMThreads / 32 / parts * warpBlocks }
+
+// BLMSplit returns the work split NewBLMParams uses for a matrix of blocks blocks. A
+// threadgroup stages and splits the activations of all of K once for its blocks, so the split
+// gives a threadgroup as many blocks as still leaves BLMWaveGroups threadgroups: K whole and 8
+// blocks (two per simdgroup) for the wide matrices (the MLP's gate_up, the LM head), else K in 4
+// parts with 2 blocks (the 896–1024-block GDN in_proj and attention qkv), else K in 4 parts and
+// 1 block (the 320-block down, out_proj, o_proj). Measured on the H200 at the
+// 27B's shapes, docs/performance.md §3. The split depends on the shape only, never on the row
+// count, so a decode step and a verify pass sum in the same order (bit-identical rows).
+func BLMSplit(blocks int64) (parts, warpBlocks uint32) {
+	for _, s := range [][2]uint32{{1, 2}, {4, 2}} {
+		per := int64(BLMGroupBlocks(s[0], s[1]))
+		if (blocks+per-1)/per >= BLMWaveGroups {
+			return s[0], s[1]
+		}
+	}
+	return 4, 1
+}
 
 // BLMParams: the BLM matrix × rows product (docs/blm.md §6; runtime/backend/cpu.Packed):
 // y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, over the packed bytes w of
@@ -136,18 +154,6 @@ type BLMParams struct {
 func (p BLMParams) Grid() [3]uint32 {
 	per := BLMGroupBlocks(p.Parts, p.WarpBlocks)
 	return [3]uint32{(p.Blocks + per - 1) / per, 1, 1}
-}
-
-// BLMSplit returns the work split NewBLMParams uses for a matrix of blocks blocks: K in 4 parts
-// (measured best for every 27B shape: the parts cost no extra instructions, only the final
-// in-threadgroup sum, and give 4× the simdgroups), and two blocks per simdgroup when that still
-// gives a full wave (BLMFullWave simdgroups), else one.
-func BLMSplit(blocks int64) (parts, warpBlocks uint32) {
-	parts = 4
-	if (blocks+1)/2*int64(parts) >= BLMFullWave {
-		return parts, 2
-	}
-	return parts, 1
 }
 
 // NewBLMParams returns the record of matrix g for rows activation rows (fixed; set RowsWord for

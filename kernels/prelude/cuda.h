@@ -55,3 +55,5 @@ FN void blm_mma(THR float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, u3
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+// BLM_ALIGNED16: the pointer is 16-byte aligned (vector loads of the activations).
+#define BLM_ALIGNED16(ptr) ((((unsigned long long)(ptr)) & 15ull) == 0ull)

@@ -74,6 +74,8 @@ static inline void blm_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, 
     }
     c[0] += s0; c[1] += s1; c[2] += s2; c[3] += s3;
 }
+// BLM_ALIGNED16: the pointer is 16-byte aligned (the fiber runtime compiles this as C++).
+#define BLM_ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
 #else
 #define BLM_MMA 0
 #endif

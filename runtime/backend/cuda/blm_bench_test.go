@@ -42,7 +42,7 @@ func TestBLMParts(t *testing.T) {
 		x := e.randn(8*k, 1)
 		bx := e.f32(x)
 		want, tol := m.ref(t, all, x, 8)
-		for _, split := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}} {
+		for _, split := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}, {1, 1}} {
 			parts, wb := split[0], split[1]
 			name := fmt.Sprintf("%s_%dx%d_L%d/parts%d_wb%d", m.g.Format, n, k, m.g.Lanes, parts, wb)
 			t.Run(name, func(t *testing.T) {
@@ -83,7 +83,8 @@ func f32s(v []float64) []float32 {
 }
 
 // BenchmarkBLMShapes times each of the 27B's matrix shapes alone (its bundle format, and the
-// GDN shapes also in BF16), at 1 and 8 rows and each K split: as many copies of the matrix as
+// GDN shapes also in BF16), at 1 and 8 rows with NewBLMParams's work split and, at 8 rows, the
+// other splits (K parts × blocks per simdgroup): as many copies of the matrix as
 // make ≥ 1 GB (random bytes; the L2 holds 60 MB), launched back to back in one captured graph,
 // median of 7 replays. The read floor is the streaming read bandwidth measured in the same run.
 // Reports GB/s and × floor per shape, rows and work split (K parts, blocks per simdgroup; "d"
@@ -189,7 +190,16 @@ func BenchmarkBLMShapes(b *testing.B) {
 				b.Fatal(err)
 			}
 			name, _ := kernels.BLMKernel(g.Format, rows)
-			for _, split := range [][2]uint32{{4, 2}, {4, 1}, {2, 2}} {
+			// NewBLMParams's split first, then the others of BLMSplit's ladder (8 rows only).
+			splits := [][2]uint32{{p0.Parts, p0.WarpBlocks}}
+			if rows == 8 {
+				for _, sp := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}} {
+					if sp != splits[0] {
+						splits = append(splits, sp)
+					}
+				}
+			}
+			for _, split := range splits {
 				parts, wb := split[0], split[1]
 				p := p0
 				p.Parts, p.WarpBlocks = parts, wb
