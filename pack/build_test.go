@@ -213,7 +213,7 @@ func TestPackDraftRequantized(t *testing.T) {
 // embedding.
 func TestPackDraftBF16(t *testing.T) {
 	target := writeSpec(t, tinyTargetSpec(t, func(c map[string]any) { c["tie_word_embeddings"] = true }, nil, nil), 5)
-	ddir := writeSpec(t, tinyDraftSpec(t, func(c map[string]any) { c["target_layer_ids"] = []int{0, 2} }), 4)
+	ddir := writeSpec(t, tinyDraftSpec(t, func(c map[string]any) { c["target_layer_ids"], c["num_target_layers"] = []int{0, 2}, 3 }), 4)
 	dir, m := build(t, Options{Target: target, Draft: ddir, DraftFormat: DraftBF16})
 	if len(m.Draft.Requantized) != 0 {
 		t.Fatal("a bf16 draft was re-quantized")
