@@ -11,3 +11,6 @@ func preallocate(f *os.File, size int64) error { return f.Truncate(size) }
 func openDirect(string) *os.File { return nil }
 
 func directRefused(error) bool { return false }
+
+// allocChunks returns n heap buffers of size bytes, aligned to ioAlign.
+func allocChunks(n, size int) ([][]byte, func()) { return heapChunks(n, size), func() {} }

@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -397,8 +396,9 @@ func modelRecord(ck *checkpoint) manifests.BundleModel {
 }
 
 // writeWeights creates the weights file at its final size and fills it: each entry at its
-// offset, several at once, hashing what it writes; source files whose sha256 is not known yet
-// are hashed meanwhile. It fsyncs the file.
+// offset, workers at once, each shard's entries in file order (scheduler), hashing what it
+// writes; source files whose sha256 is not known yet are hashed in the same pass by the
+// workers that read them (srcChain). It fsyncs the file.
 func writeWeights(ctx context.Context, path string, size int64, entries []*entry, cks []*checkpoint, workers int, progress func(total, delta int64)) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -408,10 +408,14 @@ func writeWeights(ctx context.Context, path string, size int64, entries []*entry
 	if err := preallocate(f, size); err != nil {
 		return fmt.Errorf("%s: reserve %d bytes: %w", path, size, err)
 	}
-	wf := &weightsFile{f: f, direct: openDirect(path)}
-	if wf.direct != nil {
-		defer wf.direct.Close()
+	direct := openDirect(path)
+	if direct != nil {
+		defer direct.Close()
 	}
+	// Chunks: one being filled and two being hashed per entry at once, and as many again being
+	// written (writers: enough outstanding direct writes to keep the device busy).
+	wf := newWeightsFile(f, direct, 6*workers, writers)
+	defer wf.stop()
 	var total int64
 	for _, e := range entries {
 		total += e.readBytes()
@@ -424,34 +428,32 @@ func writeWeights(ctx context.Context, path string, size int64, entries []*entry
 	if progress != nil {
 		progress(total, 0)
 	}
+	// Source files whose sha256 is not known are hashed while the entries are packed, by the
+	// workers packing them (srcChain), each worker on one shard at a time (scheduler).
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(workers)
-	// Hash jobs first: each is one long sequential read.
-	for _, ck := range cks {
-		for i := range ck.srcFiles {
-			sf := &ck.srcFiles[i]
-			if sf.sha256 != "" {
-				continue
-			}
-			g.Go(func() error {
-				s, err := hashFile(gctx, sf.path, sf.bytes)
-				if err != nil {
-					return fmt.Errorf("%s: hash %s: %w", ck.model, sf.rel, err)
-				}
-				sf.sha256 = s
-				return nil
-			})
+	chains, byFile := newSrcChains(cks)
+	for _, e := range entries {
+		if c := byFile[e.mainStream().file]; c != nil {
+			c.expect()
 		}
 	}
-	// Largest tensors first, so that the last ones to finish are short.
-	order := slices.Clone(entries)
-	slices.SortStableFunc(order, func(a, b *entry) int { return int(min(1, max(-1, b.rec.Length-a.rec.Length))) })
-	for _, e := range order {
+	for _, c := range chains {
+		if c.left.Load() == 0 {
+			g.Go(func() error { return c.run(gctx) })
+		}
+	}
+	sched := newScheduler(entries)
+	for range workers {
 		g.Go(func() error {
-			if err := writeEntry(gctx, wf, e, report); err != nil {
-				return fmt.Errorf("%s: tensor %s: %w", e.ck.model, e.rec.Name, err)
+			for q := -1; ; {
+				var e *entry
+				if e, q = sched.next(q); e == nil {
+					return nil
+				}
+				if err := packEntry(gctx, wf, e, report, byFile[e.mainStream().file]); err != nil {
+					return err
+				}
 			}
-			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -463,24 +465,67 @@ func writeWeights(ctx context.Context, path string, size int64, entries []*entry
 	return f.Close()
 }
 
-// countingReader reports bytes read.
+// writers is the number of direct writes to the weights file in flight at once.
+const writers = 4
+
+// packEntry writes one entry; chain is the hash of the source file holding its main stream
+// (nil when that file's sha256 is known). When the chain is free and can be brought to the
+// main stream's first byte, the entry holds it and feeds it the main stream's bytes as it
+// reads them (one read for both, hashed two at a time with the entry's bytes); otherwise the
+// chain re-reads them later (srcChain).
+func packEntry(ctx context.Context, wf *weightsFile, e *entry, report func(int64), chain *srcChain) error {
+	main := e.mainStream()
+	held := false
+	if chain != nil {
+		var err error
+		if held, err = chain.claim(ctx, main.t.Offset); err != nil {
+			return err
+		}
+	}
+	feed := chain
+	if !held {
+		feed = nil
+	}
+	err := writeEntry(ctx, wf, e, report, main, feed)
+	if held {
+		chain.release()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: tensor %s: %w", e.ck.model, e.rec.Name, err)
+	}
+	if chain != nil {
+		return chain.entryDone(ctx, main.t.Offset+main.t.Size)
+	}
+	return nil
+}
+
+// countingReader reports bytes read, and copies them to tap when set.
 type countingReader struct {
 	r      io.Reader
 	report func(int64)
+	tap    io.Writer
 }
 
 func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.report(int64(n))
+	if c.tap != nil && n > 0 {
+		c.tap.Write(p[:n])
+	}
 	return n, err
 }
 
-func (e *entry) sources(report func(int64)) []blm.Source {
+// sources returns the entry's streams for blm; main's bytes are copied to tap as read.
+func (e *entry) sources(report func(int64), main *tensorRef, tap io.Writer) []blm.Source {
 	wrap := func(r *tensorRef) io.Reader {
 		if r == nil {
 			return nil
 		}
-		return countingReader{r: r.section(), report: report}
+		c := countingReader{r: r.section(), report: report}
+		if r == main {
+			c.tap = tap
+		}
+		return c
 	}
 	out := make([]blm.Source, len(e.segs))
 	for i, s := range e.segs {
@@ -489,8 +534,9 @@ func (e *entry) sources(report func(int64)) []blm.Source {
 	return out
 }
 
-// writeEntry writes one entry at its offset and records its sha256.
-func writeEntry(ctx context.Context, wf *weightsFile, e *entry, report func(int64)) error {
+// writeEntry writes one entry at its offset and records its sha256. When chain is not nil
+// (held by the caller) the bytes of the main stream main are also added to its hash.
+func writeEntry(ctx context.Context, wf *weightsFile, e *entry, report func(int64), main *tensorRef, chain *srcChain) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -498,7 +544,13 @@ func writeEntry(ctx context.Context, wf *weightsFile, e *entry, report func(int6
 	if err != nil {
 		return err
 	}
-	err = copyEntry(ctx, w, e, report)
+	var tap io.Writer
+	if chain != nil {
+		plain := e.rec.Encoding != manifests.EncodingBLM
+		w.feed(chain.h, plain)
+		tap = srcTap{c: chain, w: w, copy: !plain}
+	}
+	err = copyEntry(ctx, w, e, report, main, tap)
 	sum, cerr := w.Close()
 	if err != nil {
 		return err
@@ -511,10 +563,10 @@ func writeEntry(ctx context.Context, wf *weightsFile, e *entry, report func(int6
 }
 
 // copyEntry writes an entry's bytes (packed matrix and row scales, or the plain array) to w.
-func copyEntry(ctx context.Context, w io.Writer, e *entry, report func(int64)) error {
+func copyEntry(ctx context.Context, w io.Writer, e *entry, report func(int64), main *tensorRef, tap io.Writer) error {
 	switch e.rec.Encoding {
 	case manifests.EncodingBLM:
-		n, err := blm.PackStack(ctx, w, e.geom, e.stack, e.sources(report))
+		n, err := blm.PackStack(ctx, w, e.geom, e.stack, e.sources(report, main, tap))
 		if err != nil {
 			return err
 		}
@@ -525,7 +577,7 @@ func copyEntry(ctx context.Context, w io.Writer, e *entry, report func(int64)) e
 			return err
 		}
 	default:
-		n, err := io.Copy(w, countingReader{r: e.plain.section(), report: report})
+		n, err := io.Copy(w, countingReader{r: e.plain.section(), report: report, tap: tap})
 		if err != nil {
 			return err
 		}

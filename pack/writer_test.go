@@ -25,10 +25,11 @@ func TestEntryWriter(t *testing.T) {
 			if err := preallocate(f, size); err != nil {
 				t.Fatal(err)
 			}
-			wf := &weightsFile{f: f}
+			var d *os.File
 			if direct {
-				wf.direct = openDirect(path)
+				d = openDirect(path)
 			}
+			wf := newWeightsFile(f, d, 2, 2)
 			data := make([]byte, n)
 			for i := range data {
 				data[i] = byte(r.Uint32())
@@ -52,8 +53,9 @@ func TestEntryWriter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if wf.direct != nil {
-				wf.direct.Close()
+			wf.stop()
+			if d != nil {
+				d.Close()
 			}
 			f.Close()
 			got, err := os.ReadFile(path)
@@ -68,7 +70,7 @@ func TestEntryWriter(t *testing.T) {
 			}
 		}
 	}
-	if _, err := newEntryWriter(&weightsFile{}, 100); err == nil {
+	if _, err := newEntryWriter(newWeightsFile(nil, nil, 1, 1), 100); err == nil {
 		t.Fatal("an unaligned entry offset was accepted")
 	}
 }
