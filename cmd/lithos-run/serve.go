@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -24,9 +23,10 @@ type serveFlags struct {
 	port, context, queue, checkpoints    int
 	prefillChunk                         int
 	maxBodyMB                            int
-	names                                []string
+	names, allowHosts                    []string
 	noDraft, verbose                     bool
 	confidenceStop, checkpointGB         float64
+	readTimeout, writeTimeout            time.Duration
 }
 
 // newServe returns the serve command: cobra wiring of lithos/runtime/serve.
@@ -41,7 +41,9 @@ func newServe(g *genFlags) *cobra.Command {
 			"429 with Retry-After). Prefix checkpoints (--checkpoints) let a request that extends a recent\n" +
 			"conversation prefill only its new tokens. Listens on 127.0.0.1:8000 unless told otherwise; with\n" +
 			"--api-key (or $" + apiKeyEnv + ") every /v1 request must send the key as \"Authorization: Bearer KEY\" or\n" +
-			"\"x-api-key: KEY\". Ctrl-C stops it. Start an agent on it with `lithos-run claude|codex|opencode`.",
+			"\"x-api-key: KEY\"; without a key only the Host names localhost and IP addresses are served (--allow-host\n" +
+			"adds names: DNS rebinding) and cross-origin browser requests are refused (docs/serving.md §9). Ctrl-C\n" +
+			"stops it. Start an agent on it with `lithos-run claude|codex|opencode`.",
 		Args:          cobra.ExactArgs(1),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -59,7 +61,10 @@ func newServe(g *genFlags) *cobra.Command {
 	fl.IntVar(&f.checkpoints, "checkpoints", serve.DefaultCheckpoints, "prefix checkpoints kept (0 = none; docs/serving.md says what each costs)")
 	fl.Float64Var(&f.checkpointGB, "checkpoint-gb", 0, "bound on the prefix checkpoints' memory together, in GB = 1e9 bytes (0 = no bound)")
 	fl.IntVar(&f.prefillChunk, "prefill-chunk", 0, "prompt rows per prefill step (0 = 128)")
-	fl.IntVar(&f.maxBodyMB, "max-body-mb", serve.DefaultMaxBodyBytes>>20, "largest request body in MiB")
+	fl.IntVar(&f.maxBodyMB, "max-body-mb", 0, "largest request body in MiB (0 = 1 MiB + 64 bytes per context token, at most 32: 3 MiB at 32768)")
+	fl.StringArrayVar(&f.allowHosts, "allow-host", nil, "without an API key, also serve this Host name (repeatable; \"*\" = any; default: localhost and IP addresses only, against DNS rebinding)")
+	fl.DurationVar(&f.readTimeout, "read-timeout", serve.DefaultReadTimeout, "longest time to read one request, headers and body (0 = no limit)")
+	fl.DurationVar(&f.writeTimeout, "write-timeout", serve.DefaultWriteTimeout, "a client that reads none of its answer for this long has its request cancelled (0 = never)")
 	fl.StringVar(&f.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|"))
 	fl.BoolVar(&f.noDraft, "no-draft", false, "decode without the bundle's DSpark draft head")
 	fl.StringVar(&f.draftSampling, "draft-sampling", "argmax", "at temperature > 0: argmax or sample (see lithos-run generate --help)")
@@ -70,6 +75,15 @@ func newServe(g *genFlags) *cobra.Command {
 
 // apiKeyEnv is the environment variable of the key (the launchers send it too).
 const apiKeyEnv = "LITHOS_API_KEY"
+
+// orNone maps a flag's 0 ("no limit") to serve.Options' negative value (0 there takes the
+// default).
+func orNone(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
 
 func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 	level := slog.LevelInfo
@@ -82,8 +96,10 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 		return fmt.Errorf("--port %d: want 0 … 65535", f.port)
 	case f.context < 0 || f.prefillChunk < 0 || f.queue < 0:
 		return errors.New("--context, --prefill-chunk and --queue must not be negative")
-	case f.maxBodyMB < 1:
-		return fmt.Errorf("--max-body-mb %d: want at least 1", f.maxBodyMB)
+	case f.maxBodyMB < 0 || f.maxBodyMB > 1<<20:
+		return fmt.Errorf("--max-body-mb %d: want 1 … %d MiB (0 = from the context)", f.maxBodyMB, 1<<20)
+	case f.readTimeout < 0 || f.writeTimeout < 0:
+		return errors.New("--read-timeout and --write-timeout must not be negative")
 	case f.draftSampling != "argmax" && f.draftSampling != "sample":
 		return fmt.Errorf("--draft-sampling %q: want argmax or sample", f.draftSampling)
 	case !(f.confidenceStop >= 0 && f.confidenceStop <= 1):
@@ -103,7 +119,8 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 		Names: f.names, Context: f.context, Queue: f.queue, Checkpoints: checkpoints, APIKey: key,
 		MaxBodyBytes: int64(f.maxBodyMB) << 20, PrefillChunk: f.prefillChunk, Log: log,
 		DraftSampling: f.draftSampling, ConfidenceStop: f.confidenceStop,
-		CheckpointBytes: int64(f.checkpointGB * 1e9),
+		CheckpointBytes: int64(f.checkpointGB * 1e9), AllowedHosts: f.allowHosts,
+		ReadTimeout: orNone(f.readTimeout), WriteTimeout: orNone(f.writeTimeout),
 	}
 	if f.queue == 0 {
 		opt.Queue = -1 // no waiting: 429 whenever a generation runs (the reference's behaviour)
@@ -120,9 +137,12 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 	}
 	defer s.Close()
 	if ip := net.ParseIP(f.host); key == "" && (ip == nil || !ip.IsLoopback()) {
-		log.Warn("listening beyond loopback without an API key: anyone who reaches this port can use the model", "host", f.host)
+		log.Warn("listening beyond loopback without an API key: anyone who reaches this port can use the model "+
+			"(requests by a host name other than localhost need --allow-host NAME)", "host", f.host)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	// Header, body and idle timeouts, header size (serve.Server.HTTPServer); each write of an
+	// answer has its own deadline (--write-timeout) inside the handler.
+	srv := s.HTTPServer()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	fmt.Fprintf(g.stderr, "lithos-run: serving %s (context %d tokens) on http://%s — OpenAI base URL http://%s/v1\n",

@@ -116,7 +116,7 @@ func (req *msgRequest) toConversation() (*conversation, *apiError) {
 		if t.Type != "" && t.Type != "custom" {
 			return nil, badRequest(p+".type", "%s: tool type %q is not supported: only client tools (with input_schema) run here", p, t.Type)
 		}
-		if len(bytes.TrimSpace(t.InputSchema)) == 0 {
+		if is := bytes.TrimSpace(t.InputSchema); len(is) == 0 || string(is) == "null" {
 			return nil, badRequest(p+".input_schema", "%s: tool %q needs input_schema", p, t.Name)
 		}
 		c.tools = append(c.tools, toolDef{name: t.Name, description: t.Description, params: t.InputSchema})
@@ -147,32 +147,33 @@ func (req *msgRequest) toConversation() (*conversation, *apiError) {
 	if c.toolChoice == choiceRequired && len(c.tools) == 0 {
 		return nil, badRequest("tool_choice", "tool_choice \"any\" needs tools")
 	}
-	sys, err := blockText(req.System, "system")
+	text, err := blockText(req.System, "system")
 	if err != nil {
 		return nil, err
 	}
 	// Claude Code (2.1.x) sends part of its system prompt as a {"role": "system"} message
 	// inside messages, after the first user turn (tools/sdkcheck/README.md). Qwen chat
 	// templates accept a system message only first, so such messages are appended to the
-	// top-level system prompt, in order.
+	// top-level system prompt, in order. The pieces are joined once (appending to a string
+	// would copy it for every piece: quadratic in the number of messages).
+	var sys []string
+	if text != "" {
+		sys = append(sys, text)
+	}
 	for i, m := range req.Messages {
 		if m.Role != "system" {
 			continue
 		}
-		p := fmt.Sprintf("messages[%d]", i)
-		text, err := blockText(m.Content, p+".content")
+		text, err := blockText(m.Content, fmt.Sprintf("messages[%d].content", i))
 		if err != nil {
 			return nil, err
 		}
 		if text != "" {
-			if sys != "" {
-				sys += "\n\n"
-			}
-			sys += text
+			sys = append(sys, text)
 		}
 	}
-	if sys != "" {
-		c.messages = append(c.messages, message{role: "system", content: sys})
+	if len(sys) > 0 {
+		c.messages = append(c.messages, message{role: "system", content: strings.Join(sys, "\n\n")})
 	}
 	names := map[string]string{}
 	for i, m := range req.Messages {
@@ -187,14 +188,15 @@ func (req *msgRequest) toConversation() (*conversation, *apiError) {
 		if err != nil {
 			return nil, err
 		}
-		var text []string
+		var text, reasoning []string // joined once at flush (see sys above)
 		cur := message{role: m.Role}
 		flush := func() {
+			cur.reasoning = strings.Join(reasoning, "")
 			if len(text) > 0 || (m.Role == "assistant" && (cur.reasoning != "" || len(cur.toolCalls) > 0)) {
 				cur.content = strings.Join(text, "\n")
 				c.messages = append(c.messages, cur)
 			}
-			text, cur = nil, message{role: m.Role}
+			text, reasoning, cur = nil, nil, message{role: m.Role}
 		}
 		for k, b := range blocks {
 			bp := fmt.Sprintf("%s.content[%d]", p, k)
@@ -205,7 +207,7 @@ func (req *msgRequest) toConversation() (*conversation, *apiError) {
 				}
 				text = append(text, *b.Text)
 			case b.Type == "thinking" && m.Role == "assistant":
-				cur.reasoning += b.Thinking
+				reasoning = append(reasoning, b.Thinking)
 			case b.Type == "redacted_thinking" && m.Role == "assistant":
 			case b.Type == "tool_use" && m.Role == "assistant":
 				if b.Name == "" {
@@ -305,7 +307,12 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) *apiError {
 	if err != nil {
 		return err
 	}
-	_, ids, err := s.prompt(c)
+	if err := s.acquire(r.Context()); err != nil {
+		return err
+	}
+	defer s.release()
+	// Counted exactly up to countFactor × the context; a longer prompt is refused.
+	_, ids, err := s.prompt(c, countFactor*s.context)
 	if err != nil {
 		return err
 	}

@@ -679,13 +679,30 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	// Every sample line is NAME{labels} VALUE or NAME VALUE.
+	// Every sample line is NAME{labels} VALUE or NAME VALUE; the names are ours, or the
+	// process gauges under Prometheus' standard names.
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		if strings.HasPrefix(line, "# ") {
 			continue
 		}
-		if f := strings.Fields(line); len(f) != 2 || !strings.HasPrefix(f[0], "lithos_") {
+		if f := strings.Fields(line); len(f) != 2 || !strings.HasPrefix(f[0], "lithos_") &&
+			f[0] != "go_goroutines" && f[0] != "process_resident_memory_bytes" {
 			t.Errorf("bad sample line %q", line)
+		}
+	}
+	gauges := []string{"go_goroutines "}
+	if _, ok := residentBytes(); ok { // Linux (/proc/self/statm)
+		gauges = append(gauges, "process_resident_memory_bytes ")
+	}
+	for _, want := range gauges {
+		i := strings.Index(out, "\n"+want)
+		if i < 0 {
+			t.Errorf("metrics lack %s", want)
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(out[i+1+len(want):], &v); err != nil || v < 1 {
+			t.Errorf("%s: %v %v", want, v, err)
 		}
 	}
 	if _, _, b := ts.get(t, "/metrics"); !strings.Contains(string(b), `lithos_requests_total{endpoint="metrics",code="200"} 1`) {

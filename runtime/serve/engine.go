@@ -23,10 +23,21 @@ type job struct {
 	params     sample.Params
 	maxTokens  int // clamped to the context
 	out        *output
-	msgs       chan jobMsg // worker → handler; closed by the worker when the job is over
 	elem       *list.Element
 	enqueued   time.Time
+
+	// The worker → handler messages: an unbounded buffer, so that the worker never waits on
+	// a handler (a client that reads its stream slowly, or not at all, must not hold the
+	// model for the others; max_tokens bounds what accumulates). ready has one slot and is
+	// signalled after every append and at the end.
+	mu      sync.Mutex
+	pending []jobMsg
+	over    bool // the worker is done with the job: nothing more comes
+	ready   chan struct{}
 }
+
+// newJob returns a job with its message buffer.
+func newJob(ctx context.Context) *job { return &job{ctx: ctx, ready: make(chan struct{}, 1)} }
 
 // jobMsg is what the worker tells the handler: that generation started (with the prompt
 // tokens that came from a checkpoint), events, or the final result.
@@ -133,20 +144,48 @@ func (e *engine) close() {
 	e.m.setCheckpoints(0, 0)
 }
 
-// send passes m to the handler; false when the client is gone.
+// send passes m to the handler without waiting for it; false when the client is gone.
 func (j *job) send(m jobMsg) bool {
-	select {
-	case j.msgs <- m:
-		return true
-	case <-j.ctx.Done():
+	if j.ctx.Err() != nil {
 		return false
+	}
+	j.mu.Lock()
+	j.pending = append(j.pending, m)
+	j.mu.Unlock()
+	j.signal()
+	return true
+}
+
+// end tells the handler that nothing more comes.
+func (j *job) end() {
+	j.mu.Lock()
+	j.over = true
+	j.mu.Unlock()
+	j.signal()
+}
+
+func (j *job) signal() {
+	select {
+	case j.ready <- struct{}{}:
+	default:
 	}
 }
 
+// take moves the buffered messages into buf (reused) and reports whether the worker is done
+// with the job (then buf holds the last of them).
+func (j *job) take(buf []jobMsg) ([]jobMsg, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	buf = append(buf[:0], j.pending...)
+	clear(j.pending)
+	j.pending = j.pending[:0]
+	return buf, j.over
+}
+
 // run generates one job. Whatever happens, the handler gets a final message (unless it is
-// gone) and msgs is closed.
+// gone) and the end of the job.
 func (e *engine) run(j *job) {
-	defer close(j.msgs)
+	defer j.end()
 	res := &genResult{promptTokens: len(j.prompt)}
 	if j.ctx.Err() != nil {
 		e.m.cancelled.Add(1)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -31,6 +32,7 @@ const (
 	typeAuth           = "authentication_error"
 	typeNotFound       = "not_found_error"
 	typeRateLimit      = "rate_limit_error"
+	typePermission     = "permission_error"
 	typeServer         = "server_error"
 )
 
@@ -56,9 +58,35 @@ func contextExceeded(prompt, context int) *apiError {
 		msg: fmt.Sprintf("the prompt has %d tokens, which leaves no room in the context of %d tokens: shorten the conversation", prompt, context)}
 }
 
+// promptTooLong answers a prompt whose tokenization stopped at limit tokens (Server.prompt).
+func promptTooLong(limit, context int) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: typeInvalidRequest, code: "context_length_exceeded", param: "messages",
+		msg: fmt.Sprintf("the prompt has more than %d tokens, which leaves no room in the context of %d tokens: shorten the conversation", limit, context)}
+}
+
 func queueFull(retry int) *apiError {
 	return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "queue_full", retryAfter: retry,
 		msg: "the request queue is full: retry after the requests ahead of you finish"}
+}
+
+// prepareFull answers a request that finds every prompt-preparation slot taken and their
+// waiting room full (Server.acquire).
+func prepareFull(retry int) *apiError {
+	return &apiError{status: http.StatusTooManyRequests, typ: typeRateLimit, code: "queue_full", retryAfter: retry,
+		msg: "too many requests are being prepared (rendered and tokenized) at once: retry shortly"}
+}
+
+// clientGone is returned when the client went away before an answer (recorded as 499; the
+// client reads nothing).
+var clientGone = &apiError{status: 499, typ: typeInvalidRequest, msg: "the client closed the request"}
+
+func tooLarge(limit int64) *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, typ: typeInvalidRequest, code: "request_too_large",
+		msg: fmt.Sprintf("the request body is larger than %d bytes (lithos-run serve --max-body-mb)", limit)}
+}
+
+func forbidden(code, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusForbidden, typ: typePermission, code: code, msg: fmt.Sprintf(format, args...)}
 }
 
 func serverError(code string, err error) *apiError {
@@ -82,7 +110,7 @@ const (
 // (https://docs.anthropic.com/en/api/errors).
 func anthropicType(status int) string {
 	switch status {
-	case 400, 405, 422:
+	case 307, 400, 405, 408, 422:
 		return "invalid_request_error"
 	case 401:
 		return "authentication_error"
@@ -152,7 +180,8 @@ func marshal(v any) []byte {
 
 // decodeBody reads one JSON object from a request body (already limited by
 // http.MaxBytesReader) into v. Errors: an empty body, malformed JSON (with the byte offset),
-// a field of the wrong type (named), a body over the limit (413), data after the object.
+// a field of the wrong type (named), a body over the limit (413), a body still arriving at the
+// read deadline (408), data after the object.
 func decodeBody(r io.Reader, v any) *apiError {
 	dec := json.NewDecoder(r)
 	err := dec.Decode(v)
@@ -173,8 +202,10 @@ func decodeBody(r io.Reader, v any) *apiError {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &maxErr):
-		return &apiError{status: http.StatusRequestEntityTooLarge, typ: typeInvalidRequest, code: "request_too_large",
-			msg: fmt.Sprintf("the request body is larger than %d bytes", maxErr.Limit)}
+		return tooLarge(maxErr.Limit)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &apiError{status: http.StatusRequestTimeout, typ: typeInvalidRequest, code: "request_timeout",
+			msg: "the request body did not arrive within the read timeout (lithos-run serve --read-timeout)"}
 	case errors.Is(err, io.EOF):
 		return badRequest("", "empty request body: send a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -207,9 +238,10 @@ func jsonKind(v string) string {
 	return v
 }
 
-// goKind describes the Go type a field wanted in JSON words.
+// goKind describes the Go type a field wanted in JSON words (never the Go type itself: an
+// anonymous struct type prints its fields and tags).
 func goKind(t string) string {
-	t = strings.TrimPrefix(t, "*")
+	t = strings.TrimLeft(t, "*")
 	switch {
 	case t == "string":
 		return "a string"
@@ -221,8 +253,6 @@ func goKind(t string) string {
 		return "a number"
 	case strings.HasPrefix(t, "[]"):
 		return "an array"
-	case strings.HasPrefix(t, "map"), strings.Contains(t, "."):
-		return "an object"
 	}
-	return t
+	return "an object" // maps, structs (named or not), json.RawMessage fields never fail
 }

@@ -491,3 +491,17 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// drain waits until the worker is done with j and returns all its messages in order.
+func drain(j *job) []jobMsg {
+	var all, buf []jobMsg
+	for {
+		<-j.ready
+		var over bool
+		buf, over = j.take(buf)
+		all = append(all, buf...)
+		if over {
+			return all
+		}
+	}
+}

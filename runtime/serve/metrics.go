@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,6 +133,29 @@ func (m *metrics) write(w io.Writer, queued int, running bool, model string) {
 	p("lithos_checkpoint_budget_bytes", "gauge", "Bound on the prefix checkpoints' memory (bytes; 0: none).", m.checkpointBudget.Load())
 	p("lithos_checkpoints_refused_total", "counter", "Checkpoints not kept because they alone exceed the byte budget.", m.checkpointsRefused.Load())
 	p("lithos_sessions_reused_total", "counter", "Sessions reset and reused from an evicted parked session instead of allocated.", m.sessionsReused.Load())
+	// The process, under the names Prometheus' Go and process collectors use.
+	p("go_goroutines", "gauge", "Number of goroutines that currently exist.", runtime.NumGoroutine())
+	if rss, ok := residentBytes(); ok {
+		p("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", rss)
+	}
+}
+
+// residentBytes is the process's resident set size (bytes), read from /proc/self/statm
+// (Linux: the second field, in pages); false where there is no such file.
+func residentBytes() (int64, bool) {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return pages * int64(os.Getpagesize()), true
 }
 
 // labelValue escapes a label value as the exposition format wants: backslash, double quote

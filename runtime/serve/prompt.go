@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode"
 
 	"lithos/runtime/chat"
 	"lithos/runtime/toolcall"
@@ -57,8 +58,11 @@ const customToolSuffix = " Return the complete tool input in the input string."
 // customParams is the schema a custom tool is given: one required string "input".
 var customParams = json.RawMessage(`{"type":"object","properties":{"input":{"type":"string"}},"required":["input"]}`)
 
-// checkTools checks the tools: names non-empty, unique and without markup, parameters a JSON
-// schema object (type "object" when given). Errors name the tool.
+// checkTools checks the tools: names non-empty, unique and made of letters, digits, '_', '-'
+// and '.' (a name reaches the prompt, the XML call form <function=NAME> and the answers, which
+// an agent may print on a terminal: no markup, spaces, control or bidirectional-format
+// characters), parameters a JSON schema object (type "object" when given) that the chat
+// template can read. Errors name the tool.
 func checkTools(tools []toolDef, where string) *apiError {
 	seen := map[string]bool{}
 	for i, t := range tools {
@@ -66,7 +70,7 @@ func checkTools(tools []toolDef, where string) *apiError {
 		if t.name == "" {
 			return badRequest(param+".name", "tool %d has no name", i)
 		}
-		if strings.ContainsAny(t.name, "<>\"'& \t\r\n") || len(t.name) > 256 {
+		if !validToolName(t.name) || len(t.name) > 256 {
 			return badRequest(param+".name", "tool name %.40q: use letters, digits, '_', '-', '.' (at most 256 bytes)", t.name)
 		}
 		if seen[t.name] {
@@ -80,7 +84,18 @@ func checkTools(tools []toolDef, where string) *apiError {
 	return nil
 }
 
-// checkSchema requires a JSON schema object whose "type", when present, is "object".
+// validToolName reports whether name holds only letters, digits (Unicode), '_', '-' and '.'.
+func validToolName(name string) bool {
+	for _, r := range name {
+		if !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' && r != '-' && r != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSchema requires a JSON schema object whose "type", when present, is "object", and that
+// the chat template's JSON reader accepts (chat.ParseJSON: nesting, integers within int64).
 func checkSchema(raw json.RawMessage) error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -98,6 +113,9 @@ func checkSchema(raw json.RawMessage) error {
 	}
 	if p, ok := m["properties"]; ok && string(p) != "null" && (len(p) == 0 || p[0] != '{') {
 		return fmt.Errorf("\"properties\" must be an object, got %s", kindOf(p))
+	}
+	if _, err := chat.ParseJSON(raw); err != nil {
+		return fmt.Errorf("the parameters schema: %v", err)
 	}
 	return nil
 }

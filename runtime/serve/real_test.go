@@ -87,13 +87,13 @@ func runIDs(t *testing.T, s *Server, prompt []int32, maxTok int) *genResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &job{ctx: context.Background(), prompt: prompt, params: sample.Params{TopP: 1}, maxTokens: maxTok,
-		out: newOutput(s.tok, s.eos, nil, maxTok, parser), msgs: make(chan jobMsg, 16)}
+	j := newJob(context.Background())
+	j.prompt, j.params, j.maxTokens, j.out = prompt, sample.Params{TopP: 1}, maxTok, newOutput(s.tok, s.eos, nil, maxTok, parser)
 	if err := s.submit(j); err != nil {
 		t.Fatal(err)
 	}
 	var res *genResult
-	for m := range j.msgs {
+	for _, m := range drain(j) {
 		if m.final != nil {
 			res = m.final
 		}

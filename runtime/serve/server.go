@@ -3,17 +3,24 @@ package serve
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
+	pathpkg "path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"lithos/runtime/backend"
@@ -65,8 +72,22 @@ type Options struct {
 	// APIKey, when set, must come with every /v1 request as "Authorization: Bearer KEY" or
 	// "x-api-key: KEY".
 	APIKey string
-	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes).
+	// AllowedHosts are the Host names (without port, case-insensitive) served besides
+	// "localhost" and IP literals while no APIKey is set; others get 403 (DNS rebinding,
+	// docs/serving.md §9). "*" allows every name.
+	AllowedHosts []string
+	// MaxBodyBytes bounds a request body (bytes; default MaxBodyBytesFor(Context)).
 	MaxBodyBytes int64
+	// ReadTimeout bounds reading one request, headers and body, in HTTPServer (default
+	// DefaultReadTimeout; negative: none).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds every write of an answer (each SSE frame, a JSON body): a client
+	// that reads nothing for this long has its request cancelled (default
+	// DefaultWriteTimeout; negative: none).
+	WriteTimeout time.Duration
+	// Prepare is the most requests rendered and tokenized at once (default GOMAXPROCS);
+	// Prepare + Queue more may wait for a slot, beyond that 429 (docs/serving.md §9).
+	Prepare int
 	// PrefillChunk is the rows per prefill step (0: the backend's default).
 	PrefillChunk int
 	// KeepAlive is the interval of SSE keep-alive comments while a stream waits (default 5 s,
@@ -82,14 +103,32 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Defaults of Options.
+// Defaults and limits of Options and requests.
 const (
-	DefaultContext      = 32768 // lithos-metal.md §7.1's --max-context
-	DefaultQueue        = 16
-	DefaultCheckpoints  = 2 // the reference keeps 2 (lithos-metal.md §6.5)
-	DefaultMaxBodyBytes = 32 << 20
-	MaxStopSequences    = 16
+	DefaultContext     = 32768 // lithos-metal.md §7.1's --max-context
+	DefaultQueue       = 16
+	DefaultCheckpoints = 2 // the reference keeps 2 (lithos-metal.md §6.5)
+	// MaxMaxBodyBytes caps the body limit MaxBodyBytesFor derives from the context (bytes).
+	MaxMaxBodyBytes    = 32 << 20
+	MaxStopSequences   = 16
+	MaxStopBytes       = 1 << 10 // longest stop sequence (bytes)
+	DefaultReadTimeout = 60 * time.Second
+	// DefaultWriteTimeout is how long one write may wait for a client that reads nothing.
+	DefaultWriteTimeout = 60 * time.Second
+	// countFactor: count_tokens tokenizes at most countFactor × context tokens of a prompt
+	// (exact counts up to there, 400 context_length_exceeded beyond); a generation request
+	// stops at the context.
+	countFactor = 16
 )
+
+// MaxBodyBytesFor is the default body limit for a context of n tokens: 1 MiB (tool
+// definitions, JSON structure) plus 64 bytes per token — about ten times what a token of
+// text takes in a JSON string, \u escapes included — at most MaxMaxBodyBytes. A body over
+// it would hold a prompt far beyond the context (refused with 400 anyway), so 413 costs a
+// client nothing it could have had; at the default context it is 3 MiB.
+func MaxBodyBytesFor(n int) int64 {
+	return min(int64(1<<20)+64*int64(n), MaxMaxBodyBytes)
+}
 
 // Server answers the OpenAI Chat Completions and Responses APIs and the Anthropic Messages API
 // for one model, running one generation at a time from a bounded FIFO queue.
@@ -105,6 +144,12 @@ type Server struct {
 	mux     *http.ServeMux
 	created int64
 	log     *slog.Logger
+
+	prep     chan struct{} // prompt preparation slots (Options.Prepare)
+	prepWait atomic.Int64  // requests waiting for a slot
+	prepRoom int64         // most that may wait
+	csrf     *http.CrossOriginProtection
+	hosts    map[string]bool // Options.AllowedHosts, lower case
 
 	closeOnce sync.Once
 	closer    io.Closer // what Open opened (nil for New)
@@ -152,7 +197,16 @@ func New(m Model, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("serve: checkpoint budget %d bytes must not be negative", opt.CheckpointBytes)
 	}
 	if opt.MaxBodyBytes <= 0 {
-		opt.MaxBodyBytes = DefaultMaxBodyBytes
+		opt.MaxBodyBytes = MaxBodyBytesFor(opt.Context)
+	}
+	if opt.ReadTimeout == 0 {
+		opt.ReadTimeout = DefaultReadTimeout
+	}
+	if opt.WriteTimeout == 0 {
+		opt.WriteTimeout = DefaultWriteTimeout
+	}
+	if opt.Prepare <= 0 {
+		opt.Prepare = max(1, runtime.GOMAXPROCS(0))
 	}
 	if opt.PrefillChunk < 0 {
 		return nil, fmt.Errorf("serve: prefill chunk %d must not be negative", opt.PrefillChunk)
@@ -169,6 +223,11 @@ func New(m Model, opt Options) (*Server, error) {
 	s := &Server{
 		opt: opt, names: opt.Names, tok: m.Tokenizer, render: r, eos: m.EOS, context: opt.Context,
 		m: newMetrics(), created: time.Now().Unix(), log: opt.Log,
+		prep: make(chan struct{}, opt.Prepare), prepRoom: int64(opt.Prepare + opt.Queue), csrf: http.NewCrossOriginProtection(),
+		hosts: map[string]bool{},
+	}
+	for _, h := range opt.AllowedHosts {
+		s.hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
 	}
 	cfg := m.Target.Config()
 	sessionBytes := StateBytes(&cfg, opt.Context)
@@ -249,7 +308,23 @@ func StateBytes(c *model.Config, context int) int64 {
 }
 
 // Handler returns the server's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveRoot) }
+
+// HTTPServer returns an http.Server for Handler with the connection limits a server facing
+// untrusted clients needs: headers within 10 s and at most 64 KiB, the whole request within
+// Options.ReadTimeout, idle keep-alive connections closed after 2 minutes. It sets no
+// WriteTimeout (it would cut long streams): Handler bounds each write instead
+// (Options.WriteTimeout).
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       max(s.opt.ReadTimeout, 0),
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
 
 // Names returns the served model names (the first is the listed id).
 func (s *Server) Names() []string { return slices.Clone(s.names) }
@@ -268,6 +343,49 @@ func (s *Server) Close() error {
 		}
 	})
 	return err
+}
+
+// serveRoot answers what http.ServeMux would answer in plain text or HTML — a CONNECT
+// request, a path that is not clean (ServeMux redirects it with an HTML body) — in the API's
+// JSON shape, and passes the rest to the mux.
+func (s *Server) serveRoot(w http.ResponseWriter, r *http.Request) {
+	f := flavorOpenAI
+	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+		f = flavorAnthropic
+	}
+	var aerr *apiError
+	if r.Method == http.MethodConnect {
+		aerr = &apiError{status: http.StatusMethodNotAllowed, typ: typeInvalidRequest,
+			msg: "CONNECT: this server is not a proxy (see GET /v1/models, POST /v1/chat/completions, /v1/responses, /v1/messages)"}
+	} else if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+		u := url.URL{Path: clean, RawQuery: r.URL.RawQuery}
+		w.Header().Set("Location", u.String())
+		aerr = &apiError{status: http.StatusTemporaryRedirect, typ: typeInvalidRequest, code: "moved",
+			msg: fmt.Sprintf("the path %q is not canonical: use %q", r.URL.Path, clean)}
+	}
+	if aerr == nil {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Connection", "close") // the body, if any, is not read
+	aerr.write(w, f)
+	s.m.request("other", aerr.status)
+}
+
+// cleanPath is http.ServeMux's canonical form of a path: rooted, without "." and ".."
+// elements or repeated slashes, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := pathpkg.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // routes registers the endpoints. Each path also has a method-less pattern that answers 405
@@ -297,17 +415,30 @@ func (s *Server) routes() {
 	s.mux = mux
 }
 
-// statusWriter records the status a handler answered (for the request metrics); Unwrap lets
+// statusWriter records the status a handler answered (for the request metrics) and gives
+// every write a deadline of timeout from its start (none when timeout ≤ 0), so that a client
+// that stops reading fails the write instead of holding the handler; Unwrap lets
 // http.ResponseController reach the connection's Flush.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status  int
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+// extend moves the write deadline to timeout from now (a writer without deadlines, such as
+// httptest.ResponseRecorder, ignores it).
+func (w *statusWriter) extend() {
+	if w.timeout > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
 	}
+	w.extend()
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -315,18 +446,22 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	w.extend()
 	return w.ResponseWriter.Write(b)
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// wrap adds to h: the API key check, the body limit, the answer of a returned error in the
-// API's shape, a recovered panic answered as a 500 (the server keeps serving), the request
-// count.
+// wrap adds to h: the Host and cross-origin checks, the API key check, the body limit (413
+// from Content-Length before reading), the write deadlines, the answer of a returned error
+// in the API's shape, a recovered panic answered as a 500 (the server keeps serving), the
+// request count.
 func (s *Server) wrap(endpoint string, f flavor, auth bool, h func(w http.ResponseWriter, r *http.Request) *apiError) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
-		w := &statusWriter{ResponseWriter: rw}
+		w := &statusWriter{ResponseWriter: rw, rc: http.NewResponseController(rw), timeout: s.opt.WriteTimeout}
+		w.extend() // also covers a 100 Continue written when the body is read
 		defer func() {
+			w.extend() // net/http's final flush, after this returns, gets a deadline too
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
 					panic(p)
@@ -345,9 +480,24 @@ func (s *Server) wrap(endpoint string, f flavor, auth bool, h func(w http.Respon
 		if f == flavorOpenAI && strings.HasPrefix(r.URL.Path, "/v1/messages") {
 			f = flavorAnthropic
 		}
-		if auth && !s.authorized(r) {
-			(&apiError{status: http.StatusUnauthorized, typ: typeAuth, code: "invalid_api_key",
-				msg: "missing or wrong API key: send it as \"Authorization: Bearer KEY\" or \"x-api-key: KEY\""}).write(w, f)
+		// Refusals before the body is read close the connection, so that net/http does not
+		// read (drain) a body nobody wants.
+		var refuse *apiError
+		switch {
+		case !s.hostAllowed(r.Host):
+			refuse = forbidden("host_not_allowed", "the Host %q is not served: without an API key only localhost and IP addresses are "+
+				"(DNS rebinding protection; lithos-run serve --allow-host NAME, or --api-key)", r.Host)
+		case s.csrf.Check(r) != nil:
+			refuse = forbidden("cross_origin", "cross-origin browser requests are refused")
+		case auth && !s.authorized(r):
+			refuse = &apiError{status: http.StatusUnauthorized, typ: typeAuth, code: "invalid_api_key",
+				msg: "missing or wrong API key: send it as \"Authorization: Bearer KEY\" or \"x-api-key: KEY\""}
+		case r.ContentLength > s.opt.MaxBodyBytes:
+			refuse = tooLarge(s.opt.MaxBodyBytes)
+		}
+		if refuse != nil {
+			w.Header().Set("Connection", "close")
+			refuse.write(w, f)
 			return
 		}
 		if r.Body != nil {
@@ -362,20 +512,43 @@ func (s *Server) wrap(endpoint string, f flavor, auth bool, h func(w http.Respon
 	}
 }
 
-// authorized checks the API key (constant-time).
+// authorized checks the API key: the SHA-256 digests are compared in constant time, so that
+// neither the key's bytes nor its length show in the time of an answer.
 func (s *Server) authorized(r *http.Request) bool {
 	if s.opt.APIKey == "" {
 		return true
 	}
-	want := []byte(s.opt.APIKey)
-	if k := r.Header.Get("x-api-key"); k != "" && subtle.ConstantTimeCompare([]byte(k), want) == 1 {
+	want := sha256.Sum256([]byte(s.opt.APIKey))
+	same := func(k string) bool {
+		got := sha256.Sum256([]byte(k))
+		return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	}
+	if k := r.Header.Get("x-api-key"); k != "" && same(k) {
 		return true
 	}
 	a := r.Header.Get("Authorization")
 	if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(a[7:])), want) == 1
+		return same(strings.TrimSpace(a[7:]))
 	}
 	return false
+}
+
+// hostAllowed reports whether a request's Host may be served: always with an API key (a web
+// page cannot know it); otherwise "localhost", an IP literal (a DNS rebinding attack needs a
+// name it controls, which then resolves to this machine) or an allowed host. Any port.
+func (s *Server) hostAllowed(host string) bool {
+	if s.opt.APIKey != "" || host == "" || s.hosts["*"] {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if host == "localhost" || s.hosts[host] {
+		return true
+	}
+	_, err := netip.ParseAddr(host)
+	return err == nil
 }
 
 // checkModel answers an unknown model name.
@@ -461,27 +634,63 @@ func checkSampling(p sample.Params, maxTemp float64) *apiError {
 	return nil
 }
 
-// checkStops checks stop sequences: at most MaxStopSequences, none empty.
+// checkStops checks stop sequences: at most MaxStopSequences, none empty, none longer than
+// MaxStopBytes (each is searched for in the output after every token).
 func checkStops(stops []string, param string) *apiError {
 	if len(stops) > MaxStopSequences {
 		return badRequest(param, "%d stop sequences: at most %d", len(stops), MaxStopSequences)
 	}
 	for i, s := range stops {
 		if s == "" {
-			return badRequest(param, "stop sequence %d is empty", i)
+			return badRequest(param, "%s: stop sequence %d is empty", param, i)
+		}
+		if len(s) > MaxStopBytes {
+			return badRequest(param, "%s: stop sequence %d has %d bytes: at most %d", param, i, len(s), MaxStopBytes)
 		}
 	}
 	return nil
 }
 
-// prompt renders and tokenizes a conversation. Errors: the template refuses the messages (its
-// raise_exception message is passed on), a prompt that leaves no room in the context.
-func (s *Server) prompt(c *conversation) (string, []int32, *apiError) {
+// acquire takes one of the Options.Prepare slots that bound the rendering and tokenizing
+// done at once (CPU and memory proportional to the body, on the handlers' goroutines, before
+// the queue bounds anything), waiting while fewer than Prepare + Queue others wait (as many as
+// could hold a place in the queue, and a slot's worth more); release gives it back. Errors:
+// 429 when the waiting room is full too, clientGone when ctx ends first.
+func (s *Server) acquire(ctx context.Context) *apiError {
+	select {
+	case s.prep <- struct{}{}:
+		return nil
+	default:
+	}
+	if s.prepWait.Add(1) > s.prepRoom {
+		s.prepWait.Add(-1)
+		s.m.rejected.Add(1)
+		return prepareFull(s.opt.RetryAfter)
+	}
+	defer s.prepWait.Add(-1)
+	select {
+	case s.prep <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return clientGone
+	}
+}
+
+func (s *Server) release() { <-s.prep }
+
+// prompt renders and tokenizes a conversation, stopping the tokenizer past limit tokens
+// (tokenizer.EncodeLimit: a prompt far beyond the context costs no more than one at the
+// limit). Errors: the template refuses the messages (its raise_exception message is passed
+// on), more than limit tokens (context_length_exceeded).
+func (s *Server) prompt(c *conversation, limit int) (string, []int32, *apiError) {
 	text, err := s.render.render(c, -1, true)
 	if err != nil {
-		return "", nil, badRequest("messages", "the chat template refused the conversation: %v", err)
+		return "", nil, s.renderError(c, err)
 	}
-	ids, err := s.tok.Encode(text)
+	ids, err := s.tok.EncodeLimit(text, tokenizer.EncodeOptions{}, limit)
+	if errors.Is(err, tokenizer.ErrLimit) {
+		return "", nil, promptTooLong(limit, s.context)
+	}
 	if err != nil {
 		return "", nil, badRequest("messages", "tokenize the prompt: %v", err)
 	}
@@ -492,10 +701,25 @@ func (s *Server) prompt(c *conversation) (string, []int32, *apiError) {
 	return text, out, nil
 }
 
+// renderError blames a template failure on a tool when one does not convert (checkTools
+// checks the schemas, so this is a safety net) and on the messages otherwise.
+func (s *Server) renderError(c *conversation, err error) *apiError {
+	for i, t := range c.tools {
+		if _, terr := toolValue(t); terr != nil {
+			return badRequest(fmt.Sprintf("tools[%d].parameters", i), "%v", terr)
+		}
+	}
+	return badRequest("messages", "the chat template refused the conversation: %v", err)
+}
+
 // prepare turns a request into a job: prompt, context check, output budget, output pipeline
-// and checkpoint boundaries.
+// and checkpoint boundaries. It holds a preparation slot (acquire) while it works.
 func (s *Server) prepare(ctx context.Context, g *genRequest) (*job, *apiError) {
-	text, ids, aerr := s.prompt(&g.conv)
+	if aerr := s.acquire(ctx); aerr != nil {
+		return nil, aerr
+	}
+	defer s.release()
+	text, ids, aerr := s.prompt(&g.conv, s.context)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -515,11 +739,9 @@ func (s *Server) prepare(ctx context.Context, g *genRequest) (*job, *apiError) {
 	if err != nil {
 		return nil, badRequest("tools", "%v", err)
 	}
-	j := &job{
-		ctx: ctx, prompt: ids, params: g.params, maxTokens: maxTok,
-		out:  newOutput(s.tok, s.eos, g.stops, maxTok, parser),
-		msgs: make(chan jobMsg, 16),
-	}
+	j := newJob(ctx)
+	j.prompt, j.params, j.maxTokens = ids, g.params, maxTok
+	j.out = newOutput(s.tok, s.eos, g.stops, maxTok, parser)
 	if s.eng.maxEntries > 0 && s.eng.snapshots.Load() {
 		j.boundaries = s.boundaries(&g.conv, ids)
 	}
@@ -544,9 +766,9 @@ func (s *Server) boundaries(c *conversation, prompt []int32) []int {
 		if err != nil {
 			continue
 		}
-		ids, err := s.tok.Encode(text)
+		ids, err := s.tok.EncodeLimit(text, tokenizer.EncodeOptions{}, len(prompt))
 		if err != nil {
-			continue
+			continue // ErrLimit: not a prefix of the prompt
 		}
 		k := 0
 		for k < len(ids) && k < len(prompt) && int32(ids[k]) == prompt[k] {
@@ -581,35 +803,45 @@ func (s *Server) submit(j *job) *apiError {
 
 // await follows a submitted job until its final result: on gets every other message (an error
 // it returns means the client is gone), keepAlive (when not nil) runs every KeepAlive of
-// silence. It returns nil when the client went away or the job ended without a result (the
-// job is withdrawn from the queue if it had not started).
-func (s *Server) await(ctx context.Context, j *job, on func(jobMsg) error, keepAlive func() error) *genResult {
+// silence. It returns nil when the client went away (or a write to it failed: its deadline
+// passed) or the job ended without a result; the job is then withdrawn from the queue if it
+// had not started, and the caller's cancellation of ctx stops it if it had.
+func (s *Server) await(ctx context.Context, j *job, on func(jobMsg) error, keepAlive func() error) (res *genResult) {
+	defer func() {
+		if res == nil {
+			s.eng.q.remove(j)
+		}
+	}()
 	var tick <-chan time.Time
 	if keepAlive != nil {
 		t := time.NewTicker(s.opt.KeepAlive)
 		defer t.Stop()
 		tick = t.C
 	}
+	var msgs []jobMsg
 	for {
 		select {
-		case m, ok := <-j.msgs:
-			if !ok {
-				return nil
-			}
-			if m.final != nil {
-				return m.final
-			}
-			if on != nil {
-				if err := on(m); err != nil {
-					return nil
+		case <-j.ready:
+			var over bool
+			msgs, over = j.take(msgs)
+			for _, m := range msgs {
+				if m.final != nil {
+					return m.final
 				}
+				if on != nil {
+					if err := on(m); err != nil {
+						return nil
+					}
+				}
+			}
+			if over {
+				return nil
 			}
 		case <-tick:
 			if err := keepAlive(); err != nil {
 				return nil
 			}
 		case <-ctx.Done():
-			s.eng.q.remove(j)
 			return nil
 		}
 	}

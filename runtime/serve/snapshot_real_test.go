@@ -40,14 +40,15 @@ func runJob(t *testing.T, s *Server, prompt []int32, boundaries []int, maxTok in
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &job{ctx: context.Background(), prompt: prompt, boundaries: boundaries, params: sample.Params{TopP: 1}, maxTokens: maxTok,
-		out: newOutput(s.tok, s.eos, nil, maxTok, parser), msgs: make(chan jobMsg, 16)}
+	j := newJob(context.Background())
+	j.prompt, j.boundaries, j.params, j.maxTokens = prompt, boundaries, sample.Params{TopP: 1}, maxTok
+	j.out = newOutput(s.tok, s.eos, nil, maxTok, parser)
 	if err := s.submit(j); err != nil {
 		t.Fatal(err)
 	}
 	var res *genResult
 	var text strings.Builder
-	for m := range j.msgs {
+	for _, m := range drain(j) {
 		for _, ev := range m.evs {
 			text.WriteString(ev.text)
 		}

@@ -14,6 +14,10 @@ type bpeModel struct {
 	ignoreMerges bool
 	rawVocab     map[string]int32 // raw bytes → id, only with ignore_merges
 	unk          int              // unk_token id or -1
+	// maxTok bounds the bytes of text one token stands for: the most characters of a
+	// vocabulary entry (each byte-level character is one byte; a merge concatenates its
+	// parts). 0 when no bound holds (an empty unk_token stands for a byte with no character).
+	maxTok int
 
 	mu    sync.Mutex
 	cache map[string][]int32 // pre-token bytes → ids

@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"unicode"
@@ -28,32 +30,63 @@ func (t *Tokenizer) Encode(text string) ([]int, error) {
 
 // EncodeWith is Encode with options.
 func (t *Tokenizer) EncodeWith(text string, opt EncodeOptions) ([]int, error) {
+	return t.encode(text, opt, -1)
+}
+
+// ErrLimit is EncodeLimit's error for a text of more tokens than the limit.
+var ErrLimit = errors.New("tokenizer: the text has more tokens than the limit")
+
+// EncodeLimit is EncodeWith for a caller that refuses texts of more than limit tokens (a
+// server bounded by its context): when text has at most limit tokens it returns exactly
+// EncodeWith's ids; otherwise it returns ErrLimit (and no ids) as soon as that is certain,
+// without looking at the rest of the text. Its memory is then O(limit) ids besides the
+// normalized text, whatever the length of text: encoding stops after the pre-token that
+// passes the limit, and a piece longer than the remaining tokens can cover is refused without
+// splitting or merging it (a token stands for at most as many bytes as the longest vocabulary
+// entry has characters, and the pre-tokens of a piece tile it). A negative limit is an error.
+func (t *Tokenizer) EncodeLimit(text string, opt EncodeOptions, limit int) ([]int, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("tokenizer: token limit %d must not be negative", limit)
+	}
+	return t.encode(text, opt, limit)
+}
+
+// encode runs the pipeline; limit < 0: no limit, else ErrLimit past limit ids.
+func (t *Tokenizer) encode(text string, opt EncodeOptions, limit int) ([]int, error) {
 	if !utf8.ValidString(text) {
 		text = string(appendLossy(nil, []byte(text)))
 	}
-	out := make([]int, 0, len(text)/3+4)
+	hint := len(text)/3 + 4
+	if limit >= 0 {
+		hint = min(hint, limit+1)
+	}
+	out := make([]int, 0, hint)
 	var err error
-	t.raw.split(text, opt.SplitSpecial, func(piece string, id int) {
-		if err != nil {
-			return
-		}
+	// Each callback reports whether to go on: after an error (ErrLimit included) the rest of
+	// the text is not looked at.
+	t.raw.split(text, opt.SplitSpecial, func(piece string, id int) bool {
 		if id >= 0 {
 			out = append(out, id)
-			return
+			if limit >= 0 && len(out) > limit {
+				err = ErrLimit
+			}
+			return err == nil
 		}
 		if t.nfc {
 			piece = normalizeNFC(piece)
 		}
-		t.norm.split(piece, opt.SplitSpecial, func(p string, id int) {
-			if err != nil {
-				return
-			}
+		t.norm.split(piece, opt.SplitSpecial, func(p string, id int) bool {
 			if id >= 0 {
 				out = append(out, id)
-				return
+				if limit >= 0 && len(out) > limit {
+					err = ErrLimit
+				}
+			} else {
+				out, err = t.encodePiece(p, 0, out, limit)
 			}
-			out, err = t.encodePiece(p, 0, out)
+			return err == nil
 		})
+		return err == nil
 	})
 	if err != nil {
 		return nil, err
@@ -61,17 +94,38 @@ func (t *Tokenizer) EncodeWith(text string, opt EncodeOptions) ([]int, error) {
 	return out, nil
 }
 
-// encodePiece runs splitters[level:] over s, then BPE on each pre-token.
-func (t *Tokenizer) encodePiece(s string, level int, out []int) ([]int, error) {
+// encodePiece runs splitters[level:] over s, then BPE on each pre-token; limit as in encode.
+func (t *Tokenizer) encodePiece(s string, level int, out []int, limit int) ([]int, error) {
+	if limit >= 0 {
+		// The pre-tokens of s tile it and no token stands for more than maxTok bytes, so s
+		// needs at least ⌈len(s)/maxTok⌉ tokens: refuse without splitting or merging when
+		// they cannot fit.
+		if b := t.bpe.maxTok; b > 0 && (len(s)+b-1)/b > limit-len(out) {
+			return out, ErrLimit
+		}
+	}
 	if level == len(t.splitters) {
-		return t.bpe.encodeWord(s, out), nil
+		out = t.bpe.encodeWord(s, out)
+		if limit >= 0 && len(out) > limit {
+			return out, ErrLimit
+		}
+		return out, nil
 	}
 	var err error
-	serr := t.splitters[level].split(s, func(p string) {
-		if err == nil {
-			out, err = t.encodePiece(p, level+1, out)
-		}
-	})
+	emit := func(p string) bool {
+		out, err = t.encodePiece(p, level+1, out, limit)
+		return err == nil
+	}
+	var serr error
+	if u, ok := t.splitters[level].(untilSplitter); ok {
+		u.splitUntil(s, emit) // stops at the first error (ErrLimit) instead of walking the rest
+	} else {
+		serr = t.splitters[level].split(s, func(p string) {
+			if err == nil {
+				emit(p)
+			}
+		})
+	}
 	if serr != nil {
 		return out, serr
 	}
@@ -105,10 +159,11 @@ func newAddedMatcher(toks []AddedToken) *addedMatcher {
 	return m
 }
 
-// split calls emit for each piece of s in order: id ≥ 0 for an added token, -1 for text.
-// It follows HF AddedVocabulary::split_with_indices: single_word matches next to a word
-// character are skipped; lstrip/rstrip widen the match over adjacent whitespace.
-func (m *addedMatcher) split(s string, splitSpecial bool, emit func(string, int)) {
+// split calls emit for each piece of s in order: id ≥ 0 for an added token, -1 for text,
+// until emit returns false. It follows HF AddedVocabulary::split_with_indices: single_word
+// matches next to a word character are skipped; lstrip/rstrip widen the match over adjacent
+// whitespace.
+func (m *addedMatcher) split(s string, splitSpecial bool, emit func(string, int) bool) {
 	if len(m.byFirst) == 0 {
 		if s != "" {
 			emit(s, -1)
@@ -164,10 +219,12 @@ func (m *addedMatcher) split(s string, splitSpecial bool, emit func(string, int)
 				mEnd += n
 			}
 		}
-		if mStart > start {
-			emit(s[start:mStart], -1)
+		if mStart > start && !emit(s[start:mStart], -1) {
+			return
 		}
-		emit(s[mStart:mEnd], tok.ID)
+		if !emit(s[mStart:mEnd], tok.ID) {
+			return
+		}
 		start = mEnd
 		i = mEnd - 1
 	}

@@ -363,6 +363,12 @@ func parseModel(m *modelJSON) (*bpeModel, error) {
 		}
 		b.unk = id
 	}
+	for tok := range m.Vocab {
+		b.maxTok = max(b.maxTok, utf8.RuneCountInString(tok))
+	}
+	if m.UnkToken != nil && *m.UnkToken == "" {
+		b.maxTok = 0
+	}
 	// Every byte must have a token, or some text could not be encoded.
 	for c := 0; c < 256; c++ {
 		id, ok := m.Vocab[string(byteToRune[c])]

@@ -135,12 +135,24 @@ func (q qwenSplitter) other(r rune) bool {
 }
 
 func (q qwenSplitter) split(s string, emit func(string)) error {
+	q.splitUntil(s, func(p string) bool { emit(p); return true })
+	return nil
+}
+
+// untilSplitter is a splitter that can stop early: splitUntil calls emit for each piece of s
+// in order until emit returns false (Tokenizer.EncodeLimit then skips the rest of the text).
+type untilSplitter interface {
+	splitUntil(s string, emit func(string) bool)
+}
+
+func (q qwenSplitter) splitUntil(s string, emit func(string) bool) {
 	for i := 0; i < len(s); {
 		n := q.match(s, i)
-		emit(s[i : i+n])
+		if !emit(s[i : i+n]) {
+			return
+		}
 		i += n
 	}
-	return nil
 }
 
 func at(s string, i int) (rune, int) {
