@@ -344,5 +344,6 @@ func buildRegistry() []Kernel {
 		Buffers: []Buffer{f32("x", true)}})
 	ks = append(ks, Kernel{Name: "lithos_step", Op: "step", Threads: 32, Params: StepParams{}, CtlRW: true,
 		Buffers: []Buffer{{"targets", "i32", false}, {"eos", "i32", false}, {"ring", "u64", true}}})
+	ks = append(ks, specKernels()...) // sampling and the speculative round (spec.go)
 	return ks
 }

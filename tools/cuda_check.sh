@@ -12,7 +12,14 @@
 #                                 of the 27B-shaped checkpoint (random weights in the real
 #                                 formats, as tools/mkckpt) and decodes it. With PROFILE=1 it
 #                                 ends with Nsight Compute on the NVFP4 matrix kernels
-#                                 (BenchmarkBLMOne) into $OUT/logs/ncu-blm.txt.
+#                                 (BenchmarkBLMOne) into $OUT/logs/ncu-blm.txt. TESTS=REGEXP and
+#                                 BENCH=REGEXP select the tests and benchmarks (default: all;
+#                                 BENCH=none skips them); SLICE_LAYERS also sizes
+#                                 BenchmarkSpecRound (the round on the slice with the 27B-shaped
+#                                 DSpark head).
+#   BIN=DIR (both steps) keeps the binaries in DIR instead of bin/ (helpers building at once).
+#   LITHOS_CUDA_EMULATE=1 go test ./runtime/backend/cuda   the same tests on this machine, on a
+#                                 CPU emulator of the driver (emulator_test.go; needs clang++)
 #
 # The binaries are stripped and gzipped (bin/*.test.gz) so that they travel within the device
 # machine's 64 MiB working-tree limit; `run` unpacks them into /tmp.
@@ -27,17 +34,18 @@ PKGS=(
   "cuda:runtime/backend/cuda"
 )
 
+BIN=${BIN:-bin}
 case "${1:-}" in
 build)
-  mkdir -p bin
+  mkdir -p "$BIN"
   for p in "${PKGS[@]}"; do
     name=${p%%:*} dir=${p#*:}
-    echo "build bin/$name.test ($dir)"
-    CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c -ldflags=-s -o "bin/$name.test" "./$dir" || exit 1
-    gzip -9f "bin/$name.test" || exit 1
+    echo "build $BIN/$name.test ($dir)"
+    CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c -ldflags=-s -o "$BIN/$name.test" "./$dir" || exit 1
+    gzip -9f "$BIN/$name.test" || exit 1
   done
-  { git rev-parse HEAD; git status --porcelain | grep -q . && echo "dirty: uncommitted changes"; } >bin/COMMIT 2>/dev/null
-  cat bin/COMMIT
+  { git rev-parse HEAD; git status --porcelain | grep -q . && echo "dirty: uncommitted changes"; } >"$BIN/COMMIT" 2>/dev/null
+  cat "$BIN/COMMIT"
   ;;
 run)
   shift
@@ -47,7 +55,7 @@ run)
   export LITHOS_CUDA_CACHE=${LITHOS_CUDA_CACHE:-/tmp/lithos-cuda-cache}
   root=$(pwd)
   {
-    echo "commit: $(cat bin/COMMIT 2>/dev/null | tr '\n' ' ')"
+    echo "commit: $(cat "$BIN/COMMIT" 2>/dev/null | tr '\n' ' ')"
     date -u +"date: %Y-%m-%dT%H:%M:%SZ"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
     nvidia-smi | head -4 | tail -2
@@ -58,20 +66,21 @@ run)
   for p in "${PKGS[@]}"; do
     name=${p%%:*} dir=${p#*:}
     bin=/tmp/lithos-bin/$name.test
-    [ -f "$root/bin/$name.test.gz" ] && gunzip -c "$root/bin/$name.test.gz" >"$bin" && chmod +x "$bin"
+    [ -f "$root/$BIN/$name.test.gz" ] && gunzip -c "$root/$BIN/$name.test.gz" >"$bin" && chmod +x "$bin"
     if [ ! -x "$bin" ]; then
       echo "missing $bin: run tools/cuda_check.sh build on the Go machine and carry bin/" | tee -a "$OUT/logs/summary.txt"
       status=1
       continue
     fi
     echo "== $name: tests" | tee -a "$OUT/logs/summary.txt"
-    (cd "$dir" && timeout 240 "$bin" -test.v -test.count=1 -test.timeout 230s "$@") >"$OUT/logs/$name-test.log" 2>&1
+    (cd "$dir" && timeout 240 "$bin" -test.v -test.count=1 -test.timeout 230s -test.run "${TESTS:-.}" "$@") >"$OUT/logs/$name-test.log" 2>&1
     rc=$?
     grep -E '^(--- |ok|FAIL|PASS|panic)' "$OUT/logs/$name-test.log" | tee -a "$OUT/logs/summary.txt"
     echo "rc=$rc" | tee -a "$OUT/logs/summary.txt"
     [ $rc -eq 0 ] || status=1
+    [ "${BENCH:-.}" = none ] && continue
     echo "== $name: benchmarks" | tee -a "$OUT/logs/summary.txt"
-    (cd "$dir" && timeout 200 "$bin" -test.run '^$' -test.bench . -test.benchtime 1x -test.v -test.timeout 190s "$@") >"$OUT/logs/$name-bench.log" 2>&1
+    (cd "$dir" && timeout 200 "$bin" -test.run '^$' -test.bench "${BENCH:-.}" -test.benchtime 1x -test.v -test.timeout 190s "$@") >"$OUT/logs/$name-bench.log" 2>&1
     rc=$?
     grep -E '^(Benchmark|ok|FAIL|PASS|panic)|bench_test.go' "$OUT/logs/$name-bench.log" | tee -a "$OUT/logs/summary.txt"
     echo "rc=$rc" | tee -a "$OUT/logs/summary.txt"
@@ -90,7 +99,7 @@ run)
   exit $status
   ;;
 *)
-  sed -n '2,14p' "$0"
+  sed -n '2,22p' "$0"
   exit 2
   ;;
 esac

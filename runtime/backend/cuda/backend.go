@@ -63,8 +63,11 @@ func (b Backend) Load(ctx context.Context, bd *bundle.Bundle) (backend.Target, e
 }
 
 // RunsModels tells whether --backend auto may pick the CUDA backend (when a usable GPU is
-// present): false until it serves every request the CPU backend does. Load runs a bundle's
-// target with greedy plain decode; sampling at temperature > 0 (a sampling kernel) and
-// speculative rounds on the device are still missing, and auto must not turn a working
-// command into an error. --backend cuda selects it explicitly.
+// present): false until it serves every request the CPU backend does, since auto must not turn
+// a working command into an error. Load runs a bundle's target with greedy and sampled
+// (temperature, top-k, top-p) decoding and its DSpark head with speculative rounds (greedy and
+// the point-mass rule) on the device; still missing: matrices in INT8 and affine INT4 (the CPU
+// reads them; Load refuses them, naming the tensor), tied embeddings (no packed lm_head),
+// embeddings other than BF16/F32, and sampled drafts with the min(1, p/q) rule
+// (--draft-sampling sample). --backend cuda selects it explicitly.
 const RunsModels = false

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -41,12 +42,23 @@ func testDevice(t testing.TB) *Device {
 }
 
 func TestMain(m *testing.M) {
+	var em *cpuEmulator
+	if emulatorEnabled() {
+		var err error
+		if em, err = startEmulator(); err != nil {
+			fmt.Fprintln(os.Stderr, "LITHOS_CUDA_EMULATE=1: start the CPU emulator:", err)
+			os.Exit(1)
+		}
+	}
 	code := m.Run()
 	if goldenTemp != "" {
 		os.RemoveAll(goldenTemp)
 	}
 	if dev != nil {
 		dev.Close()
+	}
+	if em != nil {
+		em.stop()
 	}
 	os.Exit(code)
 }

@@ -33,8 +33,22 @@
 //     to 8 rows) recorded as launch lists over device-resident state — step state words, KV
 //     caches, two-slot GDN and conv states, activations — captured once each as a CUDA graph and
 //     replayed; lithos_step does the step-state control on the device (rows, anchor, ring
-//     pushes, commit, stop conditions); the token ring is mapped pinned host memory. Greedy
-//     sampling only; no speculative rounds yet (docs/performance.md §6).
+//     pushes, commit, stop conditions); the token ring is mapped pinned host memory. Tokens are
+//     the argmax at temperature 0 and lithos_sample's draw otherwise: runtime/sample's
+//     temperature/top-k/top-p rule and counter-based uniform, on the device.
+//   - speculative decoding (draft.go, program.go buildRound): LoadDraft binds the bundle's
+//     DSpark head (its matrices read in place from the uploaded weights); a session with it runs
+//     each decode step as one recorded round — RoundBegin, the drafter's block over its context
+//     K/V and the Markov chain, RoundRows, the target over 1+L rows with taps and the records
+//     of the commit replay, the LM head and token choice of every row, RoundAccept (scan, ring,
+//     commit, stats), the GDN commit replay, the drafter's append of the committed rows —
+//     replayed as one CUDA graph, no host synchronisation inside; counters and %globaltimer
+//     times in a stats buffer (RoundStats). Greedy and the point-mass rule at temperature > 0;
+//     sampled drafts (min(1, p/q)) are not on the GPU yet.
+//
+// Tests run on the GPU, or, with LITHOS_CUDA_EMULATE=1, on a CPU emulator of the driver that
+// runs the same programs with the kernels executed by lithos/kernels' fiber runtime
+// (emulator_test.go).
 //
 // The driver is linux/amd64 only; elsewhere Open returns an error saying so, and the tests
 // skip with the reason when no usable GPU is present (tools/cuda_check.sh runs them all on the

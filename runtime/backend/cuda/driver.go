@@ -172,16 +172,43 @@ func loadDriverFrom(path string) error {
 //
 //go:uintptrescapes
 func call(f fn, args ...uintptr) error {
-	r, _, _ := purego.SyscallN(f.addr, args...)
+	r := syscallN(f, args...)
 	if r == cudaSuccess {
 		return nil
 	}
 	return resultError(f.name, int(int32(r)))
 }
 
+// emulator serves the driver and NVRTC calls instead of libcuda.so.1 and libnvrtc in the
+// tests that run the programs on a CPU (emulator_test.go: device memory in a shared mapping,
+// kernels run by the fiber runtime of lithos/kernels). It is nil in every other build.
+type emulator interface {
+	// call runs the driver entry point name and returns its CUresult.
+	call(name string, args []uintptr) uintptr
+	// compile stands in for Compile.
+	compile(name, src, arch string) (*Compiled, error)
+}
+
+// emu is the emulator a test installed, or nil.
+var emu emulator
+
+// syscallN calls a driver entry point (or the emulator's stand-in) and returns its CUresult.
+//
+//go:uintptrescapes
+func syscallN(f fn, args ...uintptr) uintptr {
+	if emu != nil {
+		return emu.call(f.name, args)
+	}
+	r, _, _ := purego.SyscallN(f.addr, args...)
+	return r
+}
+
 // resultError builds the *Error of a failed call.
 func resultError(name string, code int) *Error {
 	e := &Error{Call: name, Code: code, Name: fmt.Sprintf("CUresult %d", code), Desc: "unknown error"}
+	if emu != nil {
+		return e
+	}
 	var p *byte
 	if drv.cuGetErrorName.addr != 0 {
 		if r, _, _ := purego.SyscallN(drv.cuGetErrorName.addr, uintptr(code), uintptr(unsafe.Pointer(&p))); r == 0 && p != nil {

@@ -179,6 +179,9 @@ func CacheDir() string {
 // name, source); a cache entry is used when present and nonempty. Errors: NVRTC missing, a
 // compilation error (the error carries the compiler log, which names the line).
 func Compile(name, src, arch string, options ...string) (*Compiled, error) {
+	if emu != nil {
+		return emu.compile(name, src, arch)
+	}
 	if err := loadNVRTC(); err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ const AttnPartition = 64
 // runtime/backend is followed, not silently misread).
 type stepWords struct {
 	Step, Position, Rows, Pending, SeedLo, Anchor, Accepted, Committed, PrefillLeft,
-	Done, Error, RingHead, RingTail, StopAt uint32
+	Done, Error, RingHead, RingTail, StopAt, DraftLen, DraftContext uint32
 	Words int // words in the binary form
 }
 
@@ -46,6 +46,8 @@ func newStepWords(tmax int) (stepWords, error) {
 	set("RingHead", &s.RingHead, 0xA000000C)
 	set("RingTail", &s.RingTail, 0xA000000D)
 	set("StopAt", &s.StopAt, 0xA000000E)
+	set("DraftLen", &s.DraftLen, 0xA000000F)
+	set("DraftContext", &s.DraftContext, 0xA0000010)
 	s.Pending[0], vals["Pending"] = int32(-0x5FFFFFFC), 0xA0000004
 	s.Anchor, vals["Anchor"] = int32(-0x5FFFFFFA), 0xA0000006
 	b, err := s.MarshalBinary()
@@ -60,7 +62,8 @@ func newStepWords(tmax int) (stepWords, error) {
 	w.Words = len(b) / 4
 	for name, dst := range map[string]*uint32{"Step": &w.Step, "Position": &w.Position, "Rows": &w.Rows, "Pending": &w.Pending,
 		"SeedLo": &w.SeedLo, "Anchor": &w.Anchor, "Accepted": &w.Accepted, "Committed": &w.Committed, "PrefillLeft": &w.PrefillLeft,
-		"Done": &w.Done, "Error": &w.Error, "RingHead": &w.RingHead, "RingTail": &w.RingTail, "StopAt": &w.StopAt} {
+		"Done": &w.Done, "Error": &w.Error, "RingHead": &w.RingHead, "RingTail": &w.RingTail, "StopAt": &w.StopAt,
+		"DraftLen": &w.DraftLen, "DraftContext": &w.DraftContext} {
 		i, ok := idx[vals[name]]
 		if !ok {
 			return stepWords{}, fmt.Errorf("cuda: step state field %s not found in its binary layout", name)
@@ -278,163 +281,485 @@ func (t *Target) plan() ([]layerPlan, error) {
 
 // Program kinds.
 const (
-	progDecode  = iota // StepBegin, one row (the anchor), LM head, StepAccept
+	progDecode  = iota // StepBegin, one row (the anchor), LM head, token choice, StepAccept
 	progPrefill        // n host-written rows, StepPrefill; LM head on the last row when last
+	progRound          // the speculative round (docs/speculative.md §1), see buildRound
 )
 
-// buildProgram records the launches of one step over n rows: the embedding gather of the
-// Pending tokens, every layer, and (decode, or the last prefill chunk) the final norm, the LM
-// head of the last row, the argmax into the targets and the step-state control kernel.
-// Every kernel's done word is the Done word, so a replay after done does nothing.
-func (s *Session) buildProgram(kind, n int, last bool) (*program, error) {
-	t, c, w := s.t, &s.t.Cfg, s.words
-	p := &program{name: fmt.Sprintf("decode(%d rows)", n)}
-	if kind == progPrefill {
-		p.name = fmt.Sprintf("prefill(%d rows, last %v)", n, last)
+// emitter appends the launches of one program's ops to a builder; done is the DoneWord of the
+// records it makes (the Done word, or NoWord for the launches that must run after a stop).
+type emitter struct {
+	s    *Session
+	b    *builder
+	done uint32
+}
+
+func (e *emitter) what(f string, a ...any) { e.b.what = fmt.Sprintf(f, a...) }
+
+func (e *emitter) rms(x, wv, z, y uint64, rows int, rowsWord uint32, groups, n, ldx, ldz, ldy int, mode uint32) {
+	r := kernels.RMSNormParams{DoneWord: e.done, Rows: uint32(rows), RowsWord: rowsWord, Groups: uint32(groups), N: uint32(n),
+		LdX: uint32(ldx), LdZ: uint32(ldz), LdY: uint32(ldy), Mode: mode, Eps: e.s.t.Cfg.RMSEps}
+	e.b.add("lithos_rmsnorm", r, r.Grid(), x, wv, z, y)
+}
+
+// rmsEps is rms with another epsilon (the draft head's rms_norm_eps).
+func (e *emitter) rmsEps(eps float32, x, wv, y uint64, rows int, rowsWord uint32, groups, n, ldx, ldy int) {
+	r := kernels.RMSNormParams{DoneWord: e.done, Rows: uint32(rows), RowsWord: rowsWord, Groups: uint32(groups), N: uint32(n),
+		LdX: uint32(ldx), LdZ: uint32(ldx), LdY: uint32(ldy), Mode: kernels.RMSPlain, Eps: eps}
+	e.b.add("lithos_rmsnorm", r, r.Grid(), x, wv, x, y)
+}
+
+// mm is the BLM product of m with rows activation rows (the count from rowsWord when it is not
+// NoWord); ldx, ldy of 0 keep NewBLMParams' contiguous defaults.
+func (e *emitter) mm(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uint64, ldx, ldy int) {
+	if e.b.err != nil {
+		return
 	}
-	b := &builder{p: p}
-	done := w.Done
+	name, err := m.Kernel(rows)
+	if err != nil {
+		e.b.err = err
+		return
+	}
+	r, err := kernels.NewBLMParams(m.Geometry, rows, epi)
+	if err != nil {
+		e.b.err = fmt.Errorf("%s: %w", m.Name, err)
+		return
+	}
+	r.DoneWord, r.RowsWord = e.done, rowsWord
+	if ldx > 0 {
+		r.LdX = uint32(ldx)
+	}
+	if ldy > 0 {
+		r.LdY = uint32(ldy)
+	}
+	e.b.add(name, r, r.Grid(), m.Ptr, m.Scales, x, y)
+}
+
+func (e *emitter) copyRows(x, y uint64, rows int, rowsWord uint32, n, ldx, ldy int) {
+	r := kernels.CopyParams{DoneWord: e.done, Rows: uint32(rows), RowsWord: rowsWord, N: uint32(n), LdX: uint32(ldx), LdY: uint32(ldy)}
+	e.b.add("lithos_copy", r, r.Grid(), x, y)
+}
+
+func (e *emitter) gather(ids uint64, idsOff uint32, table uint64, dtype uint32, rows int, rowsWord uint32, width, vocab, ldy int, y uint64) {
+	r := kernels.GatherParams{DoneWord: e.done, Rows: uint32(rows), RowsWord: rowsWord, Width: uint32(width), Vocab: uint32(vocab),
+		IdsOff: idsOff, DType: dtype, LdY: uint32(ldy)}
+	e.b.add("lithos_gather", r, r.Grid(), ids, table, y)
+}
+
+// choose writes the token of each of rows logit rows ([rows, vocab] at x) to out[outOff + r]:
+// the argmax at temperature 0, else the session's sampler at the positions
+// ctl[posWord] + posAdd + r.
+func (e *emitter) choose(x uint64, rows int, rowsWord uint32, out uint64, outOff uint32, posWord, posAdd uint32) {
+	s := e.s
+	vocab := s.t.Cfg.Vocab
+	if sp := s.opt.Sampling; !sp.Greedy() {
+		r, err := kernels.NewSampleParams(rows, vocab, sp.Temperature, sp.TopK, sp.TopP, s.words.SeedLo, 0)
+		if err != nil {
+			if e.b.err == nil {
+				e.b.err = err
+			}
+			return
+		}
+		r.DoneWord, r.RowsWord, r.PosWord, r.PosAdd, r.OutOff = e.done, rowsWord, posWord, posAdd, outOff
+		e.b.add("lithos_sample", r, r.Grid(), x, out)
+		return
+	}
+	ar := kernels.NewArgmaxParams(rows, vocab)
+	ar.DoneWord, ar.RowsWord, ar.OutOff = e.done, rowsWord, outOff
+	e.b.add("lithos_argmax_partial", ar, ar.GridPartial(), x, s.pv.Ptr, s.pi.Ptr)
+	e.b.add("lithos_argmax_final", ar, ar.GridFinal(), s.pv.Ptr, s.pi.Ptr, out)
+}
+
+// layers records the embedding gather of Pending[0…n) and every target layer over n rows (the
+// count from rowsWord when it is not NoWord), positions from the Position word, GDN slots from
+// the Step word. With the session's taps, the tapped layers' outputs are copied into the tap
+// buffer ([rows, taps·Hidden]); with keep, each GDN layer writes its projections, conv output
+// and gates into its own keep buffers (what the commit replay reads) instead of the shared
+// scratch.
+func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
+	s, t, c, w := e.s, e.s.t, &e.s.t.Cfg, e.s.words
 	nw := uint32(kernels.NoWord)
 	h := c.Hidden
 	kd, vd, cd := c.KHeads*c.KDim, c.VHeads*c.VDim, c.ConvDim()
 	hd := c.HeadDim
 	qd, kvd := c.Heads*hd, c.KVHeads*hd
-	stepRec := kernels.StepParams{DoneWord: nw, Capacity: uint32(s.opt.Capacity), Block: 0, RingCap: uint32(s.ring.Capacity()),
-		EOSCount: uint32(len(s.opt.EOS)), WStep: w.Step, WPosition: w.Position, WRows: w.Rows, WPending: w.Pending,
-		WAnchor: w.Anchor, WAccepted: w.Accepted, WCommitted: w.Committed, WPrefillLeft: w.PrefillLeft,
-		WDone: w.Done, WError: w.Error, WRingHead: w.RingHead, WRingTail: w.RingTail, WStopAt: w.StopAt}
-	if kind == progDecode {
-		b.what = "step begin"
-		stepRec.Mode = kernels.StepBegin
-		b.add("lithos_step", stepRec, stepRec.Grid(), s.targets.Ptr, s.eos.Ptr, s.ringHost.DevPtr)
-	}
-	rms := func(x, wv, z, y uint64, rows, groups, nn, ldx, ldz, ldy int, mode uint32) {
-		r := kernels.RMSNormParams{DoneWord: done, Rows: uint32(rows), RowsWord: nw, Groups: uint32(groups), N: uint32(nn),
-			LdX: uint32(ldx), LdZ: uint32(ldz), LdY: uint32(ldy), Mode: mode, Eps: c.RMSEps}
-		b.add("lithos_rmsnorm", r, r.Grid(), x, wv, z, y)
-	}
-	matmul := func(m *Matrix, epi uint32, x, y uint64) {
-		if b.err != nil {
+	sp := s.spec
+	tap := func(layer int) {
+		if sp == nil {
 			return
 		}
-		name, err := m.Kernel(n)
-		if err != nil {
-			b.err = err
-			return
+		for i, id := range sp.taps {
+			if id == layer {
+				e.what("tap of layer %d", layer)
+				e.copyRows(s.x.Ptr, f32at(sp.tapBuf, i*h), n, rowsWord, h, h, len(sp.taps)*h)
+			}
 		}
-		r, err := kernels.NewBLMParams(m.Geometry, n, epi)
-		if err != nil {
-			b.err = fmt.Errorf("%s: %w", m.Name, err)
-			return
-		}
-		r.DoneWord = done
-		b.add(name, r, r.Grid(), m.Ptr, m.Scales, x, y)
 	}
-	// Embedding gather of Pending[0…n).
-	b.what = "embedding"
+	e.what("embedding")
 	emb, _ := t.TensorAt("embed_tokens")
-	gr := kernels.GatherParams{DoneWord: done, Rows: uint32(n), RowsWord: nw, Width: uint32(h), Vocab: uint32(c.Vocab),
-		IdsOff: w.Pending, DType: s.embDType, LdY: uint32(h)}
-	b.add("lithos_gather", gr, gr.Grid(), s.ctl.Ptr, emb, s.x.Ptr)
+	e.gather(s.ctl.Ptr, w.Pending, emb, s.embDType, n, rowsWord, h, c.Vocab, h, s.x.Ptr)
+	tap(-1)
 	for li, l := range s.plans {
-		b.what = fmt.Sprintf("layer %d (%v) input norm", li, l.kind)
-		rms(s.x.Ptr, l.inNorm, s.x.Ptr, s.hn.Ptr, n, 1, h, h, h, h, kernels.RMSPlain)
+		e.what("layer %d (%v) input norm", li, l.kind)
+		e.rms(s.x.Ptr, l.inNorm, s.x.Ptr, s.hn.Ptr, n, rowsWord, 1, h, h, h, h, kernels.RMSPlain)
 		switch l.kind {
 		case model.GDN:
 			nz := int(l.zqkv.Geometry.N)
-			b.what = fmt.Sprintf("layer %d (%v) in_proj_zqkv", li, l.kind)
-			matmul(l.zqkv, kernels.EpiStore, s.hn.Ptr, s.zqkv.Ptr)
-			b.what = fmt.Sprintf("layer %d (%v) in_proj_ab", li, l.kind)
-			matmul(l.ab, kernels.EpiStore, s.hn.Ptr, s.ab.Ptr)
-			b.what = fmt.Sprintf("layer %d (%v) conv1d", li, l.kind)
-			cv := kernels.ConvParams{DoneWord: done, Rows: uint32(n), RowsWord: nw, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
-				Slot: 0, SlotWord: w.Step, SlotXor: 0, WriteOut: 1, LdX: uint32(nz), LdY: uint32(cd)}
-			b.add("lithos_conv", cv, cv.Grid(), f32at(s.zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, s.conv.Ptr)
-			b.what = fmt.Sprintf("layer %d (%v) q/k L2 norm", li, l.kind)
-			for i, post := range []float32{float32(1 / math.Sqrt(float64(c.KDim))), 1} {
-				l2 := kernels.L2NormParams{DoneWord: done, Rows: uint32(n), RowsWord: nw, Groups: uint32(c.KHeads), D: uint32(c.KDim),
-					Ld: uint32(cd), Eps: model.L2Eps, Post: post}
-				b.add("lithos_l2norm", l2, l2.Grid(), f32at(s.conv, i*kd))
+			zqkv, conv, beta, g := s.zqkv, s.conv, s.beta, s.g
+			if keep {
+				zqkv, conv, beta, g = sp.kZqkv[l.idx], sp.kConv[l.idx], sp.kBeta[l.idx], sp.kG[l.idx]
 			}
-			b.what = fmt.Sprintf("layer %d (%v) gates", li, l.kind)
-			gg := kernels.GDNGatesParams{DoneWord: done, Rows: uint32(n), RowsWord: nw, Heads: uint32(c.VHeads),
+			e.what("layer %d (%v) in_proj_zqkv", li, l.kind)
+			e.mm(l.zqkv, n, rowsWord, kernels.EpiStore, s.hn.Ptr, zqkv.Ptr, 0, 0)
+			e.what("layer %d (%v) in_proj_ab", li, l.kind)
+			e.mm(l.ab, n, rowsWord, kernels.EpiStore, s.hn.Ptr, s.ab.Ptr, 0, 0)
+			e.what("layer %d (%v) conv1d", li, l.kind)
+			cv := kernels.ConvParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
+				Slot: 0, SlotWord: w.Step, SlotXor: 0, WriteOut: 1, LdX: uint32(nz), LdY: uint32(cd)}
+			e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
+			e.what("layer %d (%v) q/k L2 norm", li, l.kind)
+			for i, post := range []float32{float32(1 / math.Sqrt(float64(c.KDim))), 1} {
+				l2 := kernels.L2NormParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Groups: uint32(c.KHeads), D: uint32(c.KDim),
+					Ld: uint32(cd), Eps: model.L2Eps, Post: post}
+				e.b.add("lithos_l2norm", l2, l2.Grid(), f32at(conv, i*kd))
+			}
+			e.what("layer %d (%v) gates", li, l.kind)
+			gg := kernels.GDNGatesParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Heads: uint32(c.VHeads),
 				LdA: uint32(2 * c.VHeads), LdB: uint32(2 * c.VHeads), LdOut: uint32(c.VHeads)}
-			b.add("lithos_gdn_gates", gg, gg.Grid(), f32at(s.ab, l.aOff), f32at(s.ab, l.bOff), l.negA, l.dtBias, s.beta.Ptr, s.g.Ptr)
-			b.what = fmt.Sprintf("layer %d (%v) delta rule", li, l.kind)
-			gd := kernels.GDNParams{DoneWord: done, Rows: uint32(n), RowsWord: nw, KHeads: uint32(c.KHeads), VHeads: uint32(c.VHeads),
+			e.b.add("lithos_gdn_gates", gg, gg.Grid(), f32at(s.ab, l.aOff), f32at(s.ab, l.bOff), l.negA, l.dtBias, beta.Ptr, g.Ptr)
+			e.what("layer %d (%v) delta rule", li, l.kind)
+			gd := kernels.GDNParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, KHeads: uint32(c.KHeads), VHeads: uint32(c.VHeads),
 				KDim: uint32(c.KDim), VDim: uint32(c.VDim), Slot: 0, SlotWord: w.Step, SlotXor: 0, WriteOut: 1,
 				LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(c.VHeads), LdOut: uint32(vd)}
-			b.add("lithos_gdn", gd, gd.Grid(), s.conv.Ptr, f32at(s.conv, kd), f32at(s.conv, 2*kd), s.beta.Ptr, s.g.Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr)
-			b.what = fmt.Sprintf("layer %d (%v) gated norm", li, l.kind)
-			rms(s.o.Ptr, l.gn, f32at(s.zqkv, l.zOff), s.o.Ptr, n, c.VHeads, c.VDim, vd, nz, vd, kernels.RMSGated)
-			b.what = fmt.Sprintf("layer %d (%v) out_proj", li, l.kind)
-			matmul(l.out, kernels.EpiAdd, s.o.Ptr, s.x.Ptr)
+			e.b.add("lithos_gdn", gd, gd.Grid(), conv.Ptr, f32at(conv, kd), f32at(conv, 2*kd), beta.Ptr, g.Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr)
+			e.what("layer %d (%v) gated norm", li, l.kind)
+			e.rms(s.o.Ptr, l.gn, f32at(zqkv, l.zOff), s.o.Ptr, n, rowsWord, c.VHeads, c.VDim, vd, nz, vd, kernels.RMSGated)
+			e.what("layer %d (%v) out_proj", li, l.kind)
+			e.mm(l.out, n, rowsWord, kernels.EpiAdd, s.o.Ptr, s.x.Ptr, 0, 0)
 		case model.Attention:
 			nq := int(l.qkv.Geometry.N)
-			b.what = fmt.Sprintf("layer %d (%v) qkv", li, l.kind)
-			matmul(l.qkv, kernels.EpiStore, s.hn.Ptr, s.qkv.Ptr)
-			b.what = fmt.Sprintf("layer %d (%v) q norm", li, l.kind)
+			e.what("layer %d (%v) qkv", li, l.kind)
+			e.mm(l.qkv, n, rowsWord, kernels.EpiStore, s.hn.Ptr, s.qkv.Ptr, 0, 0)
+			e.what("layer %d (%v) q norm", li, l.kind)
 			for r := 0; r < n; r++ { // q heads are interleaved with the gate heads: stride 2·head_dim
-				rms(f32at(s.qkv, r*nq+l.qOff), l.qNorm, f32at(s.qkv, r*nq+l.qOff), f32at(s.qn, r*qd), c.Heads, 1, hd, 2*hd, 2*hd, hd, kernels.RMSPlain)
+				e.rms(f32at(s.qkv, r*nq+l.qOff), l.qNorm, f32at(s.qkv, r*nq+l.qOff), f32at(s.qn, r*qd), c.Heads, nw, 1, hd, 2*hd, 2*hd, hd, kernels.RMSPlain)
 			}
-			b.what = fmt.Sprintf("layer %d (%v) k norm", li, l.kind)
-			rms(f32at(s.qkv, l.kOff), l.kNorm, f32at(s.qkv, l.kOff), s.kn.Ptr, n, c.KVHeads, hd, nq, nq, kvd, kernels.RMSPlain)
-			b.what = fmt.Sprintf("layer %d (%v) rope", li, l.kind)
+			e.what("layer %d (%v) k norm", li, l.kind)
+			e.rms(f32at(s.qkv, l.kOff), l.kNorm, f32at(s.qkv, l.kOff), s.kn.Ptr, n, rowsWord, c.KVHeads, hd, nq, nq, kvd, kernels.RMSPlain)
+			e.what("layer %d (%v) rope", li, l.kind)
 			for _, q := range []struct {
 				buf   *Buffer
 				heads int
 			}{{s.qn, c.Heads}, {s.kn, c.KVHeads}} {
-				rp := kernels.RopeParams{DoneWord: done, Rows: uint32(n), RowsWord: nw, Pos: 0, PosWord: w.Position,
+				rp := kernels.RopeParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position,
 					Heads: uint32(q.heads), HeadDim: uint32(hd), RotDim: uint32(c.RotaryDim), Ld: uint32(q.heads * hd)}
-				b.add("lithos_rope", rp, rp.Grid(), q.buf.Ptr, s.invFreq.Ptr)
+				e.b.add("lithos_rope", rp, rp.Grid(), q.buf.Ptr, s.invFreq.Ptr)
 			}
-			b.what = fmt.Sprintf("layer %d (%v) kv append", li, l.kind)
-			kv := kernels.KVAppendParams{DoneWord: done, Rows: uint32(n), RowsWord: nw, Pos: 0, PosWord: w.Position, Width: uint32(kvd),
+			e.what("layer %d (%v) kv append", li, l.kind)
+			kv := kernels.KVAppendParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position, Width: uint32(kvd),
 				LdK: uint32(kvd), LdV: uint32(nq), LdC: uint32(kvd)}
-			b.add("lithos_kv_append", kv, kv.Grid(), s.kn.Ptr, f32at(s.qkv, l.vOff), s.kc[l.idx].Ptr, s.vc[l.idx].Ptr)
-			b.what = fmt.Sprintf("layer %d (%v) attention", li, l.kind)
-			at := kernels.AttnParams{DoneWord: done, Rows: uint32(n), RowsWord: nw, Pos: 0, PosWord: w.Position,
+			e.b.add("lithos_kv_append", kv, kv.Grid(), s.kn.Ptr, f32at(s.qkv, l.vOff), s.kc[l.idx].Ptr, s.vc[l.idx].Ptr)
+			e.what("layer %d (%v) attention", li, l.kind)
+			at := kernels.AttnParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position,
 				Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), LdQ: uint32(qd), LdO: uint32(qd), LdKV: uint32(kvd),
 				Part: AttnPartition, Parts: uint32(s.parts), Scale: float32(1 / math.Sqrt(float64(hd)))}
-			b.add("lithos_attn_partial", at, at.GridPartial(), s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr, s.pm.Ptr, s.pl.Ptr, s.po.Ptr)
-			b.add("lithos_attn_merge", at, at.GridMerge(), s.pm.Ptr, s.pl.Ptr, s.po.Ptr, s.att.Ptr)
-			b.what = fmt.Sprintf("layer %d (%v) output gate", li, l.kind)
+			e.b.add("lithos_attn_partial", at, at.GridPartial(), s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr, s.pm.Ptr, s.pl.Ptr, s.po.Ptr)
+			e.b.add("lithos_attn_merge", at, at.GridMerge(), s.pm.Ptr, s.pl.Ptr, s.po.Ptr, s.att.Ptr)
+			e.what("layer %d (%v) output gate", li, l.kind)
 			for r := 0; r < n; r++ {
-				ew := kernels.EwiseParams{DoneWord: done, Rows: uint32(c.Heads), RowsWord: nw, N: uint32(hd),
+				ew := kernels.EwiseParams{DoneWord: e.done, Rows: uint32(c.Heads), RowsWord: nw, N: uint32(hd),
 					LdA: uint32(hd), LdB: uint32(2 * hd), LdY: uint32(hd), Mode: kernels.EwSigGate}
-				b.add("lithos_ewise", ew, ew.Grid(), f32at(s.att, r*qd), f32at(s.qkv, r*nq+l.qOff+hd), f32at(s.att, r*qd))
+				e.b.add("lithos_ewise", ew, ew.Grid(), f32at(s.att, r*qd), f32at(s.qkv, r*nq+l.qOff+hd), f32at(s.att, r*qd))
 			}
-			b.what = fmt.Sprintf("layer %d (%v) o_proj", li, l.kind)
-			matmul(l.o, kernels.EpiAdd, s.att.Ptr, s.x.Ptr)
+			e.what("layer %d (%v) o_proj", li, l.kind)
+			e.mm(l.o, n, rowsWord, kernels.EpiAdd, s.att.Ptr, s.x.Ptr, 0, 0)
 		}
-		b.what = fmt.Sprintf("layer %d (%v) post norm", li, l.kind)
-		rms(s.x.Ptr, l.postNorm, s.x.Ptr, s.hn.Ptr, n, 1, h, h, h, h, kernels.RMSPlain)
-		b.what = fmt.Sprintf("layer %d (%v) mlp gate_up", li, l.kind)
-		matmul(l.gateUp, kernels.EpiSwiGLU, s.hn.Ptr, s.act.Ptr)
-		b.what = fmt.Sprintf("layer %d (%v) mlp down_proj", li, l.kind)
-		matmul(l.down, kernels.EpiAdd, s.act.Ptr, s.x.Ptr)
+		e.what("layer %d (%v) post norm", li, l.kind)
+		e.rms(s.x.Ptr, l.postNorm, s.x.Ptr, s.hn.Ptr, n, rowsWord, 1, h, h, h, h, kernels.RMSPlain)
+		e.what("layer %d (%v) mlp gate_up", li, l.kind)
+		e.mm(l.gateUp, n, rowsWord, kernels.EpiSwiGLU, s.hn.Ptr, s.act.Ptr, 0, 0)
+		e.what("layer %d (%v) mlp down_proj", li, l.kind)
+		e.mm(l.down, n, rowsWord, kernels.EpiAdd, s.act.Ptr, s.x.Ptr, 0, 0)
+		tap(li)
 	}
+}
+
+func (s *Session) stepRecord(mode uint32) kernels.StepParams {
+	w := s.words
+	return kernels.StepParams{DoneWord: kernels.NoWord, Mode: mode, Capacity: uint32(s.opt.Capacity), Block: 0, RingCap: uint32(s.ring.Capacity()),
+		EOSCount: uint32(len(s.opt.EOS)), WStep: w.Step, WPosition: w.Position, WRows: w.Rows, WPending: w.Pending,
+		WAnchor: w.Anchor, WAccepted: w.Accepted, WCommitted: w.Committed, WPrefillLeft: w.PrefillLeft,
+		WDone: w.Done, WError: w.Error, WRingHead: w.RingHead, WRingTail: w.RingTail, WStopAt: w.StopAt}
+}
+
+// buildProgram records the launches of one plain step over n rows: the embedding gather of the
+// Pending tokens, every layer, and (decode, or the last prefill chunk) the final norm, the LM
+// head of the last row, the token choice (argmax, or the sampler at the position the token will
+// occupy) into the targets and the step-state control kernel. Every kernel's done word is the
+// Done word, so a replay after done does nothing. With a drafter the layers record their taps
+// and a prefill chunk ends with the drafter's append of its rows.
+func (s *Session) buildProgram(kind, n int, last bool) (*program, error) {
+	c := &s.t.Cfg
+	p := &program{name: fmt.Sprintf("decode(%d rows)", n)}
+	if kind == progPrefill {
+		p.name = fmt.Sprintf("prefill(%d rows, last %v)", n, last)
+	}
+	b := &builder{p: p}
+	e := &emitter{s: s, b: b, done: s.words.Done}
+	nw := uint32(kernels.NoWord)
+	h := c.Hidden
+	if kind == progDecode {
+		b.what = "step begin"
+		r := s.stepRecord(kernels.StepBegin)
+		b.add("lithos_step", r, r.Grid(), s.targets.Ptr, s.eos.Ptr, s.ringHost.DevPtr)
+	}
+	e.layers(n, nw, false)
 	if kind == progDecode || last {
-		b.what = "final norm"
-		rms(f32at(s.x, (n-1)*h), s.finalNorm, f32at(s.x, (n-1)*h), s.hn.Ptr, 1, 1, h, h, h, h, kernels.RMSPlain)
-		b.what = "lm_head"
-		rows := n
-		n = 1 // the head runs on the last row only
-		matmul(s.head, kernels.EpiStore, s.hn.Ptr, s.logits.Ptr)
-		n = rows
-		b.what = "argmax"
-		ar := kernels.NewArgmaxParams(1, c.Vocab)
-		ar.DoneWord = done
-		b.add("lithos_argmax_partial", ar, ar.GridPartial(), s.logits.Ptr, s.pv.Ptr, s.pi.Ptr)
-		b.add("lithos_argmax_final", ar, ar.GridFinal(), s.pv.Ptr, s.pi.Ptr, s.targets.Ptr)
+		e.what("final norm")
+		e.rms(f32at(s.x, (n-1)*h), s.finalNorm, f32at(s.x, (n-1)*h), s.hn.Ptr, 1, nw, 1, h, h, h, h, kernels.RMSPlain)
+		e.what("lm_head")
+		e.mm(s.head, 1, nw, kernels.EpiStore, s.hn.Ptr, s.logits.Ptr, 0, 0)
+		e.what("token")
+		// Decode: the token of position Position + 1; prefill: Position + n (read before the commit).
+		add := uint32(1)
+		if kind == progPrefill {
+			add = uint32(n)
+		}
+		e.choose(s.logits.Ptr, 1, nw, s.targets.Ptr, 0, s.words.Position, add)
 	}
 	b.what = "step"
+	mode := uint32(kernels.StepPrefill)
 	if kind == progDecode {
-		stepRec.Mode = kernels.StepAccept
-	} else {
-		stepRec.Mode = kernels.StepPrefill
+		mode = kernels.StepAccept
 	}
-	b.add("lithos_step", stepRec, stepRec.Grid(), s.targets.Ptr, s.eos.Ptr, s.ringHost.DevPtr)
+	r := s.stepRecord(mode)
+	b.add("lithos_step", r, r.Grid(), s.targets.Ptr, s.eos.Ptr, s.ringHost.DevPtr)
+	if kind == progPrefill && s.spec != nil {
+		e.done = nw
+		s.emitAppend(e, n, s.words.Committed)
+		s.emitRound(e, kernels.RoundEnd, s.words.Committed, false)
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	if err := p.recs.Upload(s.d); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// emitRound adds one lithos_round launch of mode (count: RoundEnd's word).
+func (s *Session) emitRound(e *emitter, mode uint32, count uint32, timed bool) {
+	sp, w := s.spec, s.words
+	r := kernels.RoundParams{DoneWord: kernels.NoWord, Mode: mode, Capacity: uint32(s.opt.Capacity), Block: uint32(sp.block),
+		RingCap: uint32(s.ring.Capacity()), EOSCount: uint32(len(s.opt.EOS)), WStep: w.Step, WPosition: w.Position, WRows: w.Rows,
+		WPending: w.Pending, WAnchor: w.Anchor, WAccepted: w.Accepted, WCommitted: w.Committed, WDone: w.Done, WError: w.Error,
+		WRingHead: w.RingHead, WRingTail: w.RingTail, WStopAt: w.StopAt, WDraftLen: w.DraftLen, WDraftContext: w.DraftContext,
+		WCommitRows: s.auxCommitRows, WBlockLast: s.auxBlockLast, WIsRound: s.auxIsRound, WCount: count,
+		ConfStop: sp.confStop, ConfBias: sp.d.confBias}
+	if sp.d.Cfg.Confidence {
+		r.HasConf = 1
+	}
+	if timed {
+		r.Timed = 1
+	}
+	e.what("round control (mode %d)", mode)
+	e.b.add("lithos_round", r, r.Grid(), s.targets.Ptr, s.eos.Ptr, s.ringHost.DevPtr, sp.conf.Ptr, sp.stats.Ptr)
+}
+
+// emitAppend records the drafter's append of the context features of up to n rows (the count
+// from countWord) at positions DraftContext + r: ctx = hidden_norm(fc(taps)); per draft layer
+// K = RoPE(k_norm(k_proj(ctx))), V = v_proj(ctx) into its context cache.
+func (s *Session) emitAppend(e *emitter, n int, countWord uint32) {
+	sp, d := s.spec, s.spec.d
+	c := &d.Cfg
+	h, hd := c.Hidden, c.HeadDim
+	kvd := c.KVHeads * hd
+	e.what("draft append: fc")
+	e.mm(d.fc.m, n, countWord, kernels.EpiStore, sp.tapBuf.Ptr, sp.cx.Ptr, 0, 0)
+	e.what("draft append: hidden_norm")
+	e.rmsEps(c.RMSEps, sp.cx.Ptr, d.hnorm, sp.cx.Ptr, n, countWord, 1, h, h, h)
+	for li, L := range d.layers {
+		e.what("draft append: layer %d k/v", li)
+		cols, ld := sp.project(e, []segMatrix{L.k, L.v}, n, countWord, sp.cx.Ptr, sp.cqkv)
+		kcol, vcol := cols[0], cols[1]
+		e.what("draft append: layer %d k_norm", li)
+		e.rmsEps(c.RMSEps, f32at(sp.cqkv, kcol), L.kNorm, sp.ck.Ptr, n, countWord, c.KVHeads, hd, ld, kvd)
+		e.what("draft append: layer %d rope", li)
+		rp := kernels.RopeScaledParams{DoneWord: e.done, Rows: uint32(n), RowsWord: countWord, PosWord: s.words.DraftContext,
+			Heads: uint32(c.KVHeads), HeadDim: uint32(hd), RotDim: uint32(hd), Ld: uint32(kvd), Scale: d.scale}
+		e.b.add("lithos_rope_scaled", rp, rp.Grid(), sp.ck.Ptr, d.invFreq)
+		e.what("draft append: layer %d context K/V", li)
+		kv := kernels.KVAppendParams{DoneWord: e.done, Rows: uint32(n), RowsWord: countWord, PosWord: s.words.DraftContext, Width: uint32(kvd),
+			LdK: uint32(kvd), LdV: uint32(ld), LdC: uint32(kvd)}
+		e.b.add("lithos_kv_append", kv, kv.Grid(), sp.ck.Ptr, f32at(sp.cqkv, vcol), sp.ctxK[li].Ptr, sp.ctxV[li].Ptr)
+	}
+}
+
+// project records the products of the segments (matrices of one stack, or of their own) over
+// rows rows of x into out ([rows, ld] with each segment's columns), and returns each segment's
+// first column and ld. A stack is multiplied once, whole (its other segments' columns are
+// computed too).
+func (sp *specState) project(e *emitter, segs []segMatrix, rows int, rowsWord uint32, x uint64, out *Buffer) ([]int, int) {
+	col := map[*Matrix]int{}
+	var order []*Matrix
+	ld := 0
+	for _, sg := range segs {
+		if _, ok := col[sg.m]; ok {
+			continue
+		}
+		col[sg.m] = ld
+		order = append(order, sg.m)
+		ld += int(sg.m.Geometry.N)
+	}
+	for _, m := range order {
+		e.mm(m, rows, rowsWord, kernels.EpiStore, x, f32at(out, col[m]), 0, ld)
+	}
+	cols := make([]int, len(segs))
+	for i, sg := range segs {
+		cols[i] = col[sg.m] + sg.off
+	}
+	return cols, ld
+}
+
+// emitDraft records the drafter's block at positions P … P+B−1 (P = the Position word) and
+// the Markov chain, leaving the drafts in Pending[1…B] and the confidence head's dot products
+// in the conf buffer (runtime/draft.Drafter.Draft; .notes/spec-design.md).
+func (s *Session) emitDraft(e *emitter) {
+	sp, d, t := s.spec, s.spec.d, s.t
+	c := &d.Cfg
+	w := s.words
+	B, h, hd := c.BlockSize, c.Hidden, c.HeadDim
+	qd, kvd := c.Heads*hd, c.KVHeads*hd
+	nw := uint32(kernels.NoWord)
+	emb, _ := t.TensorAt("embed_tokens")
+	e.what("draft: block embedding")
+	e.gather(s.ctl.Ptr, w.Anchor, emb, s.embDType, 1, nw, h, t.Cfg.Vocab, h, sp.h.Ptr)
+	if B > 1 {
+		e.gather(sp.maskIDs.Ptr, 0, emb, s.embDType, B-1, nw, h, t.Cfg.Vocab, h, f32at(sp.h, h))
+	}
+	for li, L := range d.layers {
+		e.what("draft: layer %d input norm", li)
+		e.rmsEps(c.RMSEps, sp.h.Ptr, L.inNorm, sp.xn.Ptr, B, nw, 1, h, h, h)
+		e.what("draft: layer %d q/k/v", li)
+		cols, ld := sp.project(e, []segMatrix{L.q, L.k, L.v}, B, nw, sp.xn.Ptr, sp.qkv)
+		qcol, kcol, vcol := cols[0], cols[1], cols[2]
+		e.what("draft: layer %d q_norm, k_norm", li)
+		e.rmsEps(c.RMSEps, f32at(sp.qkv, qcol), L.qNorm, sp.q.Ptr, B, nw, c.Heads, hd, ld, qd)
+		e.rmsEps(c.RMSEps, f32at(sp.qkv, kcol), L.kNorm, sp.k.Ptr, B, nw, c.KVHeads, hd, ld, kvd)
+		e.what("draft: layer %d rope", li)
+		for _, q := range []struct {
+			buf   *Buffer
+			heads int
+		}{{sp.q, c.Heads}, {sp.k, c.KVHeads}} {
+			rp := kernels.RopeScaledParams{DoneWord: e.done, Rows: uint32(B), RowsWord: nw, PosWord: w.Position,
+				Heads: uint32(q.heads), HeadDim: uint32(hd), RotDim: uint32(hd), Ld: uint32(q.heads * hd), Scale: d.scale}
+			e.b.add("lithos_rope_scaled", rp, rp.Grid(), q.buf.Ptr, d.invFreq)
+		}
+		e.what("draft: layer %d block K/V", li)
+		kv := kernels.KVAppendParams{DoneWord: e.done, Rows: uint32(B), RowsWord: nw, PosWord: w.Position, Width: uint32(kvd),
+			LdK: uint32(kvd), LdV: uint32(ld), LdC: uint32(kvd)}
+		e.b.add("lithos_kv_append", kv, kv.Grid(), sp.k.Ptr, f32at(sp.qkv, vcol), sp.ctxK[li].Ptr, sp.ctxV[li].Ptr)
+		e.what("draft: layer %d attention (non-causal)", li)
+		for r := 0; r < B; r++ { // every block row attends to the context and the whole block
+			at := kernels.AttnParams{DoneWord: e.done, Rows: 1, RowsWord: nw, PosWord: s.auxBlockLast,
+				Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), LdQ: uint32(qd), LdO: uint32(qd), LdKV: uint32(kvd),
+				Part: AttnPartition, Parts: uint32(sp.parts), Scale: float32(1 / math.Sqrt(float64(hd)))}
+			e.b.add("lithos_attn_partial", at, at.GridPartial(), f32at(sp.q, r*qd), sp.ctxK[li].Ptr, sp.ctxV[li].Ptr, sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr)
+			e.b.add("lithos_attn_merge", at, at.GridMerge(), sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr, f32at(sp.att, r*qd))
+		}
+		e.what("draft: layer %d o_proj", li)
+		e.mm(L.o.m, B, nw, kernels.EpiAdd, sp.att.Ptr, sp.h.Ptr, 0, 0)
+		e.what("draft: layer %d post norm", li)
+		e.rmsEps(c.RMSEps, sp.h.Ptr, L.postNorm, sp.xn.Ptr, B, nw, 1, h, h, h)
+		e.what("draft: layer %d mlp", li)
+		if L.gateUp != nil {
+			e.mm(L.gateUp, B, nw, kernels.EpiSwiGLU, sp.xn.Ptr, sp.act.Ptr, 0, 0)
+		} else {
+			cols, ld := sp.project(e, []segMatrix{L.gate, L.up}, B, nw, sp.xn.Ptr, sp.gu)
+			gcol, ucol := cols[0], cols[1]
+			ew := kernels.EwiseParams{DoneWord: e.done, Rows: uint32(B), RowsWord: nw, N: uint32(c.Intermediate),
+				LdA: uint32(ld), LdB: uint32(ld), LdY: uint32(c.Intermediate), Mode: kernels.EwSwiGLU}
+			e.b.add("lithos_ewise", ew, ew.Grid(), f32at(sp.gu, gcol), f32at(sp.gu, ucol), sp.act.Ptr)
+		}
+		e.mm(L.down.m, B, nw, kernels.EpiAdd, sp.act.Ptr, sp.h.Ptr, 0, 0)
+	}
+	e.what("draft: final norm")
+	e.rmsEps(c.RMSEps, sp.h.Ptr, d.norm, sp.hn.Ptr, B, nw, 1, h, h, h)
+	e.what("draft: lm_head")
+	e.mm(s.head, B, nw, kernels.EpiStore, sp.hn.Ptr, sp.base.Ptr, 0, 0)
+	V := t.Cfg.Vocab
+	r := c.MarkovRank
+	for k := 0; k < B; k++ {
+		prev := w.Anchor
+		if k > 0 {
+			prev = w.Pending + uint32(k) // draft k−1 is Pending[k]
+		}
+		if r > 0 {
+			e.what("draft: markov step %d", k)
+			e.gather(s.ctl.Ptr, prev, d.w1, d.w1DType, 1, nw, r, V, r, f32at(sp.cin, h))
+			e.mm(d.w2.m, 1, nw, kernels.EpiAdd, f32at(sp.cin, h), f32at(sp.base, k*V), 0, 0)
+		}
+		e.what("draft: choose %d", k)
+		ar := kernels.NewArgmaxParams(1, V)
+		ar.DoneWord, ar.OutOff = e.done, w.Pending+1+uint32(k)
+		e.b.add("lithos_argmax_partial", ar, ar.GridPartial(), f32at(sp.base, k*V), s.pv.Ptr, s.pi.Ptr)
+		e.b.add("lithos_argmax_final", ar, ar.GridFinal(), s.pv.Ptr, s.pi.Ptr, s.ctl.Ptr)
+		if c.Confidence {
+			e.what("draft: confidence %d", k)
+			e.copyRows(f32at(sp.hn, k*h), sp.cin.Ptr, 1, nw, h, h, h)
+			e.mm(d.conf.m, 1, nw, kernels.EpiStore, sp.cin.Ptr, f32at(sp.conf, k), 0, 0)
+		}
+	}
+}
+
+// buildRound records the speculative round (docs/speculative.md §1), replayed as one CUDA graph:
+// RoundBegin → the drafter's block and Markov chain (drafts into Pending[1…B]) → RoundRows (L,
+// Rows) → the target over the Rows rows (taps, keep) → final norm and LM head of every row →
+// the target's tokens (argmax or the sampler at positions P + 1 + k) → RoundAccept (scan, ring,
+// commit, stats) → the GDN commit replay of CommitRows rows → RoundMark → the drafter's append
+// of the committed rows' taps → RoundEnd (DraftContext). Near the end of the context the same
+// program runs a single row (RoundBegin says so; the drafts are then unused).
+func (s *Session) buildRound() (*program, error) {
+	sp, c, w := s.spec, &s.t.Cfg, s.words
+	n := sp.block + 1
+	p := &program{name: fmt.Sprintf("round(%d rows)", n)}
+	b := &builder{p: p}
+	e := &emitter{s: s, b: b, done: w.Done}
+	nw := uint32(kernels.NoWord)
+	h := c.Hidden
+	s.emitRound(e, kernels.RoundBegin, nw, false)
+	s.emitDraft(e)
+	s.emitRound(e, kernels.RoundRows, nw, false)
+	e.layers(n, w.Rows, true)
+	e.what("final norm")
+	e.rms(s.x.Ptr, s.finalNorm, s.x.Ptr, s.hn.Ptr, n, w.Rows, 1, h, h, h, h, kernels.RMSPlain)
+	e.what("lm_head")
+	e.mm(s.head, n, w.Rows, kernels.EpiStore, s.hn.Ptr, s.logits.Ptr, 0, 0)
+	e.what("tokens")
+	e.choose(s.logits.Ptr, n, w.Rows, s.targets.Ptr, 0, w.Position, 1)
+	s.emitRound(e, kernels.RoundAccept, nw, false)
+	// After the accept: these run on CommitRows, also in the round that set done.
+	e.done = nw
+	for _, l := range s.plans {
+		if l.kind != model.GDN {
+			continue
+		}
+		e.what("layer %d commit replay", l.idx)
+		cd, nz := c.ConvDim(), int(l.zqkv.Geometry.N)
+		kd := c.KHeads * c.KDim
+		cv := kernels.ConvParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
+			Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0, LdX: uint32(nz), LdY: uint32(cd)}
+		b.add("lithos_conv", cv, cv.Grid(), f32at(sp.kZqkv[l.idx], l.qkvOff), l.conv, s.convState[l.idx].Ptr, s.conv.Ptr)
+		gd := kernels.GDNParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, KHeads: uint32(c.KHeads), VHeads: uint32(c.VHeads),
+			KDim: uint32(c.KDim), VDim: uint32(c.VDim), Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0,
+			LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(c.VHeads), LdOut: uint32(c.VHeads * c.VDim)}
+		kc := sp.kConv[l.idx]
+		b.add("lithos_gdn", gd, gd.Grid(), kc.Ptr, f32at(kc, kd), f32at(kc, 2*kd), sp.kBeta[l.idx].Ptr, sp.kG[l.idx].Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr)
+	}
+	s.emitRound(e, kernels.RoundMark, nw, false)
+	s.emitAppend(e, n, s.auxCommitRows)
+	s.emitRound(e, kernels.RoundEnd, s.auxCommitRows, true)
 	if b.err != nil {
 		return nil, b.err
 	}

@@ -7,11 +7,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"lithos/kernels"
 	"lithos/runtime/backend"
-	"lithos/runtime/bundle"
 	"lithos/runtime/model"
 )
 
@@ -27,8 +28,11 @@ import (
 // bounded by the device's Timeout. Between calls the host's StepState is synchronised with
 // the device's words and the ring's new slots are mirrored into Ring().
 //
-// Sampling is greedy only (temperature 0: the argmax kernel); speculative rounds are not run
-// on the GPU yet.
+// Tokens are the argmax at temperature 0 and lithos_sample's counter-based draw otherwise
+// (runtime/sample's rule, at the position the token will occupy). With a drafter (a DSpark head
+// of the same Target, LoadDraft) a decode step is the speculative round, one recorded program
+// (buildRound: draft, verify, accept, commit replay, append) replayed as one CUDA graph per round;
+// its counters and device times are kept in a stats buffer next to the step state.
 type Session struct {
 	t     *Target
 	d     *Device
@@ -60,11 +64,65 @@ type Session struct {
 	prefill map[[2]int]*program // by (rows, last)
 	stats   backend.RoundStats
 	closed  bool
+
+	// Auxiliary control words after the StepState in ctl (device-only): the rows a round's
+	// commit replay and append take, the last block position (the drafter's non-causal
+	// attention), whether the step is a round.
+	auxCommitRows, auxBlockLast, auxIsRound uint32
+	spec                                    *specState // nil without a drafter
+}
+
+// specState is a speculative session's device state (docs/speculative.md): the taps of the
+// verified rows, the per-GDN-layer records the commit replay reads (kept by the verify: the
+// in_proj_zqkv rows, conv output, β and g), the drafter's context K/V per draft layer
+// ([Capacity + B, KVHeads·HeadDim]; the block's own rows past the context are scratch), the
+// drafter's scratch, and the round's stats words.
+type specState struct {
+	d        *DSpark
+	block    int
+	taps     []int
+	confStop float32
+
+	tapBuf                  *Buffer
+	kZqkv, kConv, kBeta, kG []*Buffer
+	ctxK, ctxV              []*Buffer
+
+	h, xn, qkv, q, k, att, act, gu, hn, base, cin, conf, cx, cqkv, ck, maskIDs, pm, pl, po *Buffer
+	parts                                                                                  int
+
+	stats     *Buffer
+	statsHost *HostBuffer
+	round     *program
+}
+
+// buffers lists the state's device buffers (nil ones included) for freeing.
+func (sp *specState) buffers() []*Buffer {
+	l := []*Buffer{sp.tapBuf, sp.h, sp.xn, sp.qkv, sp.q, sp.k, sp.att, sp.act, sp.gu, sp.hn, sp.base, sp.cin, sp.conf, sp.cx,
+		sp.cqkv, sp.ck, sp.maskIDs, sp.pm, sp.pl, sp.po, sp.stats}
+	for _, g := range [][]*Buffer{sp.kZqkv, sp.kConv, sp.kBeta, sp.kG, sp.ctxK, sp.ctxV} {
+		l = append(l, g...)
+	}
+	return l
+}
+
+// confStop32 returns the float32 c with float32 confidences x ≥ c exactly when float64(x) ≥
+// thr (the CPU session compares in float64); 0 for 0.
+func confStop32(thr float64) float32 {
+	if thr <= 0 {
+		return 0
+	}
+	f := float32(thr)
+	if float64(f) < thr {
+		f = math.Nextafter32(f, float32(math.Inf(1)))
+	}
+	return f
 }
 
 // NewSession allocates a sequence on the GPU (backend.Target). Errors: options out of range
-// (SessionOptions.Normalize), sampling other than greedy, a drafter, state that does not fit
-// the free device memory (checked before allocating).
+// (SessionOptions.Normalize), a drafter that is not a DSpark head LoadDraft bound to this
+// target, drafts sampled with the min(1, p/q) rule (DraftSample: not on the GPU yet; the
+// point-mass rule, DraftArgmax, is), state that does not fit the free device memory (checked
+// before allocating).
 func (t *Target) NewSession(opt backend.SessionOptions) (backend.Session, error) {
 	return t.newSession(opt, true)
 }
@@ -74,11 +132,18 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 	if err := opt.Normalize(c.Vocab); err != nil {
 		return nil, err
 	}
-	if opt.Sampling.Temperature != 0 {
-		return nil, fmt.Errorf("cuda: session: temperature %v: the CUDA backend samples greedily only (temperature 0) until its sampling kernel exists", opt.Sampling.Temperature)
-	}
+	var dr *DSpark
 	if opt.Drafter != nil {
-		return nil, errors.New("cuda: session: speculative decoding does not run on the CUDA backend yet (use --no-draft)")
+		var ok bool
+		if dr, ok = opt.Drafter.(*DSpark); !ok || dr.t != t {
+			return nil, fmt.Errorf("cuda: session: the drafter %T is not a DSpark head loaded by this CUDA target (Target.LoadDraft); the GPU drafts only with its own", opt.Drafter)
+		}
+		if dr.vecs == nil {
+			return nil, errors.New("cuda: session: the draft head was released (its target is closed)")
+		}
+		if opt.DraftSampling == backend.DraftSample && !opt.Sampling.Greedy() {
+			return nil, errors.New("cuda: session: sampled drafts (--draft-sampling sample, the min(1, p/q) rule) do not run on the CUDA backend yet; the point-mass rule (--draft-sampling argmax, the default) does, with the same output distribution")
+		}
 	}
 	if opt.Capacity > 1<<24 {
 		return nil, fmt.Errorf("cuda: session: context %d is past the kernels' 32-bit offsets", opt.Capacity)
@@ -111,8 +176,8 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 		{&s.x, R * h}, {&s.hn, R * h}, {&s.zqkv, R * (vd + cd)}, {&s.ab, R * 2 * c.VHeads}, {&s.conv, R * cd},
 		{&s.beta, R * c.VHeads}, {&s.g, R * c.VHeads}, {&s.o, R * vd}, {&s.qkv, R * (2*qd + 2*kvd)}, {&s.qn, R * qd},
 		{&s.kn, R * kvd}, {&s.att, R * qd}, {&s.pm, R * c.Heads * s.parts}, {&s.pl, R * c.Heads * s.parts},
-		{&s.po, R * c.Heads * s.parts * hd}, {&s.act, R * c.Intermediate}, {&s.logits, c.Vocab},
-		{&s.pv, int(ar.Parts)}, {&s.pi, int(ar.Parts)}, {&s.targets, MaxStepRows},
+		{&s.po, R * c.Heads * s.parts * hd}, {&s.act, R * c.Intermediate}, {&s.logits, R * c.Vocab},
+		{&s.pv, R * int(ar.Parts)}, {&s.pi, R * int(ar.Parts)}, {&s.targets, MaxStepRows},
 	}
 	var need int64
 	for _, z := range sizes {
@@ -122,6 +187,57 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 	convBytes := 4 * int64(2*(c.ConvKernel-1)*cd)
 	kvBytes := 4 * int64(opt.Capacity) * int64(kvd)
 	need += int64(ng)*(gdnBytes+convBytes) + int64(na)*2*kvBytes
+	// With a drafter: its state and scratch (floats), and per GDN layer the verify's records.
+	var specSizes []struct {
+		dst **Buffer
+		n   int
+	}
+	if dr != nil {
+		dc := &dr.Cfg
+		B := dc.BlockSize
+		dkv := dc.KVHeads * dc.HeadDim
+		dq := dc.Heads * dc.HeadDim
+		sp := &specState{d: dr, block: B, taps: slices.Clone(dc.TapLayers), confStop: confStop32(opt.ConfidenceStop)}
+		sp.parts = (opt.Capacity + B + AttnPartition - 1) / AttnPartition
+		ldQKV, ldKV, ldGU := 0, 0, 0
+		for _, L := range dr.layers {
+			ldQKV = max(ldQKV, distinctRows(L.q, L.k, L.v))
+			ldKV = max(ldKV, distinctRows(L.k, L.v))
+			if L.gateUp == nil {
+				ldGU = max(ldGU, distinctRows(L.gate, L.up))
+			}
+		}
+		specSizes = []struct {
+			dst **Buffer
+			n   int
+		}{
+			{&sp.tapBuf, R * len(sp.taps) * h}, {&sp.h, B * h}, {&sp.xn, B * h}, {&sp.qkv, B * ldQKV}, {&sp.q, B * dq}, {&sp.k, B * dkv},
+			{&sp.att, B * dq}, {&sp.act, B * dc.Intermediate}, {&sp.gu, B * ldGU}, {&sp.hn, B * h}, {&sp.base, B * c.Vocab},
+			{&sp.cin, dc.ConfidenceDim() + dc.MarkovRank}, {&sp.conf, B}, {&sp.cx, R * h}, {&sp.cqkv, R * ldKV}, {&sp.ck, R * dkv},
+			{&sp.pm, dc.Heads * sp.parts}, {&sp.pl, dc.Heads * sp.parts}, {&sp.po, dc.Heads * sp.parts * dc.HeadDim},
+		}
+		for range dc.Layers {
+			specSizes = append(specSizes, struct {
+				dst **Buffer
+				n   int
+			}{new(*Buffer), (opt.Capacity + B) * dkv}, struct {
+				dst **Buffer
+				n   int
+			}{new(*Buffer), (opt.Capacity + B) * dkv})
+		}
+		for range ng {
+			for _, n := range []int{R * (vd + cd), R * cd, R * c.VHeads, R * c.VHeads} {
+				specSizes = append(specSizes, struct {
+					dst **Buffer
+					n   int
+				}{new(*Buffer), n})
+			}
+		}
+		for _, z := range specSizes {
+			need += 4 * int64(max(z.n, 4))
+		}
+		s.spec = sp
+	}
 	if err := s.d.Fit(fmt.Sprintf("a session of %d positions (KV cache, GDN state, activations)", opt.Capacity), need); err != nil {
 		return nil, err
 	}
@@ -168,7 +284,49 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 			*dst = append(*dst, b)
 		}
 	}
-	if s.ctl, err = s.d.Alloc(int64(4 * words.Words)); err != nil {
+	if sp := s.spec; sp != nil {
+		for _, z := range specSizes {
+			if *z.dst, err = s.d.Alloc(4 * int64(max(z.n, 4))); err != nil {
+				return fail(err)
+			}
+		}
+		// The per-layer buffers, in the order they were listed.
+		i := len(specSizes) - 2*sp.d.Cfg.Layers - 4*ng
+		for range sp.d.Cfg.Layers {
+			sp.ctxK = append(sp.ctxK, *specSizes[i].dst)
+			sp.ctxV = append(sp.ctxV, *specSizes[i+1].dst)
+			i += 2
+		}
+		for range ng {
+			sp.kZqkv = append(sp.kZqkv, *specSizes[i].dst)
+			sp.kConv = append(sp.kConv, *specSizes[i+1].dst)
+			sp.kBeta = append(sp.kBeta, *specSizes[i+2].dst)
+			sp.kG = append(sp.kG, *specSizes[i+3].dst)
+			i += 4
+		}
+		mask := make([]byte, 4*max(sp.block-1, 1))
+		for k := 0; k < sp.block-1; k++ {
+			binary.LittleEndian.PutUint32(mask[4*k:], uint32(sp.d.Cfg.MaskToken))
+		}
+		if sp.maskIDs, err = s.d.Upload(mask); err != nil {
+			return fail(err)
+		}
+		nst := kernels.RoundStatsWords(sp.block)
+		if sp.stats, err = zero(4 * int64(nst)); err != nil {
+			return fail(err)
+		}
+		if sp.statsHost, err = s.d.HostAlloc(4*int64(nst), false, false); err != nil {
+			return fail(err)
+		}
+		for _, b := range []*Buffer{sp.conf, sp.cin} {
+			if err := s.s.Fill32(b, 0, b.Size/4, 0); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	// The step state, then the auxiliary words (zero).
+	s.auxCommitRows, s.auxBlockLast, s.auxIsRound = uint32(words.Words), uint32(words.Words+1), uint32(words.Words+2)
+	if s.ctl, err = zero(int64(4 * (words.Words + 4))); err != nil {
 		return fail(err)
 	}
 	if s.ctlHost, err = s.d.HostAlloc(int64(4*words.Words)*(1+8192), false, false); err != nil {
@@ -207,7 +365,11 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 	default:
 		return fail(fmt.Errorf("bundle %s: tensor embed_tokens is %s; the CUDA gather reads BF16 or F32", t.Bundle.Dir, emb.Format))
 	}
-	if s.decode, err = s.buildProgram(progDecode, 1, true); err != nil {
+	if s.spec != nil {
+		if s.spec.round, err = s.buildRound(); err != nil {
+			return fail(err)
+		}
+	} else if s.decode, err = s.buildProgram(progDecode, 1, true); err != nil {
 		return fail(err)
 	}
 	if err := s.s.Wait(0); err != nil {
@@ -222,8 +384,36 @@ func (s *Session) State() *backend.StepState { return s.ss }
 // Ring returns the token ring's host mirror.
 func (s *Session) Ring() *backend.Ring { return s.ring }
 
-// Stats returns the decode telemetry (PlainSteps, VerifyTime: the wall time of Decode calls).
-func (s *Session) Stats() backend.RoundStats { return s.stats }
+// Stats returns the decode telemetry: with a drafter the round's counters and device times as
+// lithos_round kept them (DraftTime: the drafter's block, chain and append; VerifyTime: the
+// verify pass, accept scan and commit replay; CUDA's %globaltimer); without one PlainSteps and
+// VerifyTime, the wall time of the Decode calls.
+func (s *Session) Stats() backend.RoundStats {
+	r := s.stats
+	r.Committed, r.Drafted, r.Accepted = slices.Clone(r.Committed), slices.Clone(r.Drafted), slices.Clone(r.Accepted)
+	r.ConfidenceSum = slices.Clone(r.ConfidenceSum)
+	return r
+}
+
+// readStats decodes the round's stats words (kernels.RoundStatsWords) into s.stats.
+func (s *Session) readStats(b []byte) {
+	B := s.spec.block
+	w := func(i int) uint32 { return binary.LittleEndian.Uint32(b[4*i:]) }
+	st := &s.stats
+	st.Rounds, st.PlainSteps, st.RoundTokens, st.ConfidenceRounds = int(w(0)), int(w(1)), int(w(2)), int(w(3))
+	st.Committed, st.Drafted, st.Accepted, st.ConfidenceSum = make([]int, B+1), make([]int, B), make([]int, B), make([]float64, B)
+	for n := 0; n <= B; n++ {
+		st.Committed[n] = int(w(4 + n))
+	}
+	for k := 0; k < B; k++ {
+		st.Drafted[k] = int(w(4 + B + 1 + k))
+		st.Accepted[k] = int(w(4 + 2*B + 1 + k))
+		st.ConfidenceSum[k] = float64(math.Float32frombits(w(4 + 3*B + 1 + k)))
+	}
+	tw := kernels.RoundTimeWord(B)
+	u64 := func(i int) uint64 { return uint64(w(i)) | uint64(w(i+1))<<32 }
+	st.DraftTime, st.VerifyTime = time.Duration(u64(tw+6)), time.Duration(u64(tw+8))
+}
 
 // pushState copies the host's step state to the device words, on the session stream.
 func (s *Session) pushState() error {
@@ -242,8 +432,16 @@ func (s *Session) pullState() error {
 	if err := s.s.CopyDtoH(s.ctlHost, 0, s.ctl, 0, n); err != nil {
 		return err
 	}
+	if sp := s.spec; sp != nil {
+		if err := s.s.CopyDtoH(sp.statsHost, 0, sp.stats, 0, sp.stats.Size); err != nil {
+			return err
+		}
+	}
 	if err := s.s.Wait(0); err != nil {
 		return err
+	}
+	if sp := s.spec; sp != nil {
+		s.readStats(sp.statsHost.Bytes)
 	}
 	head0 := s.ss.RingHead
 	if err := s.ss.UnmarshalBinary(s.ctlHost.Bytes[:n]); err != nil {
@@ -372,6 +570,14 @@ func (s *Session) Decode(ctx context.Context, steps int) error {
 	if err := s.pushState(); err != nil {
 		return err
 	}
+	if s.spec != nil {
+		for range steps {
+			if err := s.run(s.spec.round); err != nil {
+				return err
+			}
+		}
+		return s.pullState()
+	}
 	for range steps {
 		if err := s.run(s.decode); err != nil {
 			return err
@@ -401,6 +607,15 @@ func (s *Session) Close() error {
 	for _, p := range s.prefill {
 		p.close()
 	}
+	if sp := s.spec; sp != nil {
+		if sp.round != nil {
+			sp.round.close()
+		}
+		for _, b := range sp.buffers() {
+			b.Free()
+		}
+		sp.statsHost.Free()
+	}
 	for _, b := range []*Buffer{s.ctl, s.eos, s.targets, s.invFreq, s.x, s.hn, s.zqkv, s.ab, s.conv, s.beta, s.g, s.o, s.qkv, s.qn,
 		s.kn, s.att, s.pm, s.pl, s.po, s.act, s.logits, s.pv, s.pi} {
 		b.Free()
@@ -415,9 +630,15 @@ func (s *Session) Close() error {
 	return s.s.Close()
 }
 
-// LoadDraft returns nil, nil: the DSpark draft head does not run on the CUDA backend yet, so
-// sessions decode one row per step (greedy output is the same with and without a drafter,
-// ARCHITECTURE.md §3.5). A bundle's draft head is left unused.
-func (t *Target) LoadDraft(context.Context, *bundle.Bundle) (backend.Drafter, error) {
-	return nil, nil
+// distinctRows is the output width of multiplying the distinct matrices holding segs.
+func distinctRows(segs ...segMatrix) int {
+	seen := map[*Matrix]bool{}
+	n := 0
+	for _, s := range segs {
+		if s.m != nil && !seen[s.m] {
+			seen[s.m] = true
+			n += int(s.m.Geometry.N)
+		}
+	}
+	return n
 }

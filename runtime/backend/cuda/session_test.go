@@ -23,8 +23,8 @@ func TestStepWords(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := stepWords{Step: 0, Position: 1, Rows: 2, Pending: 3, SeedLo: 11, Anchor: 13, Accepted: 14, Committed: 15,
-		PrefillLeft: 16, Done: 17, Error: 18, RingHead: 19, RingTail: 20, StopAt: 21, Words: w.Words}
-	if w != want || w.Words < 22 {
+		PrefillLeft: 16, Done: 17, Error: 18, RingHead: 19, RingTail: 20, StopAt: 21, DraftLen: 22, DraftContext: 23, Words: w.Words}
+	if w != want || w.Words < 24 {
 		t.Fatalf("step words %+v, want %+v", w, want)
 	}
 }
@@ -242,7 +242,9 @@ func TestSessionStops(t *testing.T) {
 }
 
 // TestBackendLoad: the backend as runtime/generate uses it (Backend.Load → NewSession →
-// Prefill → Decode(1)…), against the golden greedy tokens; the draft head is left unused.
+// Prefill → Decode(1)…), against the golden greedy tokens (the bundle has no draft head:
+// LoadDraft returns nil, nil), and at temperature 0.7 with top-k and top-p against the CPU
+// backend's tokens for the same seed.
 func TestBackendLoad(t *testing.T) {
 	testDevice(t)
 	b := goldenBundle(t)
@@ -274,7 +276,34 @@ func TestBackendLoad(t *testing.T) {
 	if !slices.Equal(toks, greedy[:8]) {
 		t.Fatalf("tokens %v, want %v", toks, greedy[:8])
 	}
-	if _, err := tg.NewSession(backend.SessionOptions{Capacity: 16, Sampling: sample.Params{Temperature: 0.7, TopP: 1}}); err == nil {
-		t.Fatal("a session at temperature 0.7 was accepted")
+	// Sampling at temperature > 0 runs on the device: the CPU backend's tokens for the same seed.
+	sp := sample.Params{Temperature: 0.7, TopK: 20, TopP: 0.9, Seed: 5}
+	ct, err := cpu.Backend{}.Load(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [2][]int32
+	for i, tgt := range []backend.Target{tg, ct} {
+		s, err := tgt.NewSession(backend.SessionOptions{Capacity: 64, Sampling: sp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		s.State().StopAt = 24
+		if err := s.Prefill(t.Context(), prompt); err != nil {
+			t.Fatal(err)
+		}
+		for s.State().Done == 0 {
+			if err := s.Decode(t.Context(), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got[i] = drain(s)
+	}
+	if len(got[0]) != 24 || !slices.Equal(got[0], got[1]) {
+		t.Fatalf("temperature 0.7: GPU %v, CPU %v", got[0], got[1])
+	}
+	if slices.Equal(got[0], greedy[:24]) {
+		t.Fatalf("temperature 0.7 gave the greedy tokens %v", got[0])
 	}
 }

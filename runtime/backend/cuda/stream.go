@@ -9,8 +9,6 @@ import (
 	"runtime"
 	"time"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // Flags (cuda.h).
@@ -80,7 +78,7 @@ func (s *Stream) Wait(timeout time.Duration) error {
 func (d *Device) waitEvent(ev uintptr, timeout time.Duration, what string) error {
 	start := time.Now()
 	for i := 0; ; i++ {
-		r, _, _ := purego.SyscallN(drv.cuEventQuery.addr, ev)
+		r := syscallN(drv.cuEventQuery, ev)
 		switch r {
 		case cudaSuccess:
 			return nil
@@ -111,7 +109,7 @@ func (s *Stream) Query() (bool, error) {
 		if err := call(drv.cuEventRecord, s.done, s.h); err != nil {
 			return err
 		}
-		r, _, _ := purego.SyscallN(drv.cuEventQuery.addr, s.done)
+		r := syscallN(drv.cuEventQuery, s.done)
 		switch r {
 		case cudaSuccess:
 			done = true

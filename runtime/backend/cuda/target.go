@@ -52,7 +52,8 @@ type Target struct {
 
 	Upload UploadStats // the weights upload
 	Load   time.Duration
-	owned  bool // Close also unloads the kernels and closes the device (Backend.Load)
+	owned  bool      // Close also unloads the kernels and closes the device (Backend.Load)
+	drafts []*DSpark // draft heads bound by LoadDraft (Close frees their buffers)
 }
 
 // KernelFormats are the BLM formats the CUDA kernels read (lithos/kernels); a bundle with
@@ -176,6 +177,12 @@ func (t *Target) TensorAt(name string) (uint64, bool) {
 // Close frees the device buffers (not the bundle, the kernels or the device).
 func (t *Target) Close() error {
 	var err error
+	for _, d := range t.drafts {
+		if e := d.close(); err == nil {
+			err = e
+		}
+	}
+	t.drafts = nil
 	if t.vecs != nil {
 		err = t.vecs.Free()
 		t.vecs = nil
