@@ -137,7 +137,7 @@ func (g *genFlags) register(c *cobra.Command) {
 	f.BoolVar(&g.noDraft, "no-draft", false, "decode without the bundle's DSpark draft head (not even loaded: a draft that does not fit is ignored)")
 	f.StringVar(&g.draftSampling, "draft-sampling", "argmax", "at temperature > 0: argmax (drafts are the drafter's argmax, accepted iff they equal the sampled token) or sample (drafts sampled, accepted with min(1, p/q))")
 	f.Float64Var(&g.confidenceStop, "confidence-stop", 0, "verify only the leading drafts whose confidence head output is at least this (0 = off)")
-	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = cpu until Metal/CUDA land)")
+	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = cpu for now; cuda runs greedy and sampled decoding and DSpark rounds on NVIDIA GPUs when chosen explicitly)")
 	f.BoolVar(&g.json, "json", false, "print exactly one JSON object on stdout instead of streaming text")
 	f.IntVar(&g.context, "context", 0, "context length in tokens (0 = the model's max_position_embeddings)")
 	f.IntVar(&g.prefillChunk, "prefill-chunk", 0, "prompt rows per prefill step (0 = 128)")
