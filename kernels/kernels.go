@@ -64,10 +64,24 @@ func (t Target) String() string {
 const NoWord = 0xFFFFFFFF
 
 // Buffer is one buffer argument of a kernel.
+//
+// Aliasing: the host may bind one allocation to several arguments of a launch (including ctl,
+// argument 0) unless the buffer is marked NoAlias: RMSNorm's y may be x (and z a dummy = x),
+// Ewise's y may be a or b, gather's ids may be ctl, argmax_final's and sample's out may be ctl
+// (.notes/kernels.md). So the generated CUDA declares a buffer __restrict__ only when NoAlias
+// is set, and never declares ctl __restrict__ (review item 8: restrict on an aliased argument is
+// undefined behaviour in CUDA C++). Metal has no restrict qualifier; the flag changes nothing
+// there.
 type Buffer struct {
 	Name  string // as the template names it
 	Elem  string // element type in the dialect: f32, u32, i32, u8, u64
 	Write bool   // the kernel writes it (otherwise const)
+	// NoAlias promises that no other argument of the launch (nor ctl) overlaps this buffer's
+	// memory while the kernel runs, so CUDA may declare it __restrict__. The registry sets it
+	// only on read-only weight tables (RMSNorm w, BLM w and scales, conv w, the embedding table,
+	// RoPE inv_freq, the GDN gates' neg_a and dt_bias), which no kernel writes; a host must not
+	// bind such an argument to memory another argument of the same launch writes.
+	NoAlias bool
 }
 
 // Kernel is one entry point of the generated source.
@@ -235,13 +249,18 @@ func entry(t Target, k Kernel) string {
 	switch t {
 	case CUDA:
 		fmt.Fprintf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(\n", k.Threads, k.Name)
-		fmt.Fprintf(&b, "    %su32* __restrict__ ctl,\n    const %s* __restrict__ prm", ctlConst, k.ParamsType())
+		// ctl is never __restrict__: buffers may alias it (gather ids, argmax/sample out).
+		fmt.Fprintf(&b, "    %su32* ctl,\n    const %s* __restrict__ prm", ctlConst, k.ParamsType())
 		for _, buf := range k.Buffers {
 			c := "const "
 			if buf.Write {
 				c = ""
 			}
-			fmt.Fprintf(&b, ",\n    %s%s* __restrict__ %s", c, buf.Elem, buf.Name)
+			r := ""
+			if buf.NoAlias {
+				r = "__restrict__ "
+			}
+			fmt.Fprintf(&b, ",\n    %s%s* %s%s", c, buf.Elem, r, buf.Name)
 		}
 		b.WriteString(")\n{\n")
 		fmt.Fprintf(&b, "    const %s p = *prm;\n", k.ParamsType())
@@ -306,44 +325,46 @@ func blmFormatCode(f formats.Format) (string, bool) {
 var registry = buildRegistry()
 
 func buildRegistry() []Kernel {
-	f32 := func(n string, w bool) Buffer { return Buffer{n, "f32", w} }
+	f32 := func(n string, w bool) Buffer { return Buffer{Name: n, Elem: "f32", Write: w} }
+	buf := func(n, elem string, w bool) Buffer { return Buffer{Name: n, Elem: elem, Write: w} }
+	weight := func(n, elem string) Buffer { return Buffer{Name: n, Elem: elem, NoAlias: true} } // read-only, never aliased
 	var ks []Kernel
 	ks = append(ks, Kernel{Name: "lithos_rmsnorm", Op: "rmsnorm", Threads: 256, Params: RMSNormParams{},
-		Buffers: []Buffer{f32("x", false), f32("w", false), f32("z", false), f32("y", true)}})
-	ks = append(ks, Kernel{Name: "lithos_ewise", Op: "ewise", Threads: 256, Params: EwiseParams{},
+		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("z", false), f32("y", true)}})
+	ks = append(ks, Kernel{Name: "lithos_ewise", Op: "ewise", Threads: ewiseThreads, Params: EwiseParams{},
 		Buffers: []Buffer{f32("a", false), f32("b", false), f32("y", true)}})
 	ks = append(ks, Kernel{Name: "lithos_rope", Op: "rope", Threads: 128, Params: RopeParams{},
-		Buffers: []Buffer{f32("x", true), f32("inv_freq", false)}})
+		Buffers: []Buffer{f32("x", true), weight("inv_freq", "f32")}})
 	for _, f := range blmFormats {
 		fc, _ := blmFormatCode(f)
 		for _, r := range BLMRowVariants {
 			ks = append(ks, Kernel{Name: fmt.Sprintf("lithos_blm_%s_r%d", fc, r), Op: "blm", Threads: BLMThreads,
 				Params: BLMParams{}, Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "ROWS": fmt.Sprint(r)},
-				Buffers: []Buffer{{"w", "u8", false}, f32("scales", false), f32("x", false), f32("y", true)}})
+				Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true)}})
 		}
 	}
 	ks = append(ks, Kernel{Name: "lithos_argmax_partial", Op: "argmax_partial", Threads: 256, Params: ArgmaxParams{},
-		Buffers: []Buffer{f32("x", false), f32("part_v", true), {"part_i", "u32", true}}})
+		Buffers: []Buffer{f32("x", false), f32("part_v", true), buf("part_i", "u32", true)}})
 	ks = append(ks, Kernel{Name: "lithos_argmax_final", Op: "argmax_final", Threads: 32, Params: ArgmaxParams{},
-		Buffers: []Buffer{f32("part_v", false), {"part_i", "u32", false}, {"out", "i32", true}}})
-	ks = append(ks, Kernel{Name: "lithos_gdn", Op: "gdn", Threads: 128, Params: GDNParams{},
+		Buffers: []Buffer{f32("part_v", false), buf("part_i", "u32", false), buf("out", "i32", true)}})
+	ks = append(ks, Kernel{Name: "lithos_gdn", Op: "gdn", Threads: gdnThreads, Params: GDNParams{},
 		Buffers: []Buffer{f32("q", false), f32("k", false), f32("v", false), f32("beta", false), f32("g", false), f32("state", true), f32("out", true)}})
-	ks = append(ks, Kernel{Name: "lithos_conv", Op: "conv", Threads: 256, Params: ConvParams{},
-		Buffers: []Buffer{f32("x", false), f32("w", false), f32("state", true), f32("y", true)}})
+	ks = append(ks, Kernel{Name: "lithos_conv", Op: "conv", Threads: convThreads, Params: ConvParams{},
+		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("state", true), f32("y", true)}})
 	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{},
 		Buffers: []Buffer{f32("q", false), f32("kc", false), f32("vc", false), f32("pm", true), f32("pl", true), f32("po", true)}})
 	ks = append(ks, Kernel{Name: "lithos_attn_merge", Op: "attn_merge", Threads: 128, Params: AttnParams{},
 		Buffers: []Buffer{f32("pm", false), f32("pl", false), f32("po", false), f32("out", true)}})
-	ks = append(ks, Kernel{Name: "lithos_kv_append", Op: "kv_append", Threads: 256, Params: KVAppendParams{},
+	ks = append(ks, Kernel{Name: "lithos_kv_append", Op: "kv_append", Threads: kvAppendThreads, Params: KVAppendParams{},
 		Buffers: []Buffer{f32("k", false), f32("v", false), f32("kc", true), f32("vc", true)}})
-	ks = append(ks, Kernel{Name: "lithos_gather", Op: "gather", Threads: 256, Params: GatherParams{},
-		Buffers: []Buffer{{"ids", "i32", false}, {"table", "u8", false}, f32("y", true)}})
+	ks = append(ks, Kernel{Name: "lithos_gather", Op: "gather", Threads: gatherThreads, Params: GatherParams{},
+		Buffers: []Buffer{buf("ids", "i32", false), weight("table", "u8"), f32("y", true)}})
 	ks = append(ks, Kernel{Name: "lithos_gdn_gates", Op: "gdn_gates", Threads: 64, Params: GDNGatesParams{},
-		Buffers: []Buffer{f32("a", false), f32("b", false), f32("neg_a", false), f32("dt_bias", false), f32("beta", true), f32("g", true)}})
+		Buffers: []Buffer{f32("a", false), f32("b", false), weight("neg_a", "f32"), weight("dt_bias", "f32"), f32("beta", true), f32("g", true)}})
 	ks = append(ks, Kernel{Name: "lithos_l2norm", Op: "l2norm", Threads: 128, Params: L2NormParams{},
 		Buffers: []Buffer{f32("x", true)}})
 	ks = append(ks, Kernel{Name: "lithos_step", Op: "step", Threads: 32, Params: StepParams{}, CtlRW: true,
-		Buffers: []Buffer{{"targets", "i32", false}, {"eos", "i32", false}, {"ring", "u64", true}}})
+		Buffers: []Buffer{buf("targets", "i32", false), buf("eos", "i32", false), buf("ring", "u64", true)}})
 	ks = append(ks, specKernels()...) // sampling and the speculative round (spec.go)
 	return ks
 }

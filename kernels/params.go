@@ -14,6 +14,20 @@ import (
 // Grid returns the threadgroups (CUDA blocks) in x, y, z; threads per threadgroup are the
 // kernel's Threads.
 
+// Threads per threadgroup of the kernels whose Grid depends on it (one thread per element or
+// column, the templates index tg.x·THREADS + tid): the registry (kernels.go) builds those
+// kernels with these constants, so Grid and Kernel.Threads cannot diverge (review item 15).
+const (
+	ewiseThreads    = 256
+	gdnThreads      = 128
+	convThreads     = 256
+	kvAppendThreads = 256
+	gatherThreads   = 256
+)
+
+// ceilDiv is ⌈n/d⌉ for d > 0.
+func ceilDiv(n, d uint32) uint32 { return (n + d - 1) / d }
+
 // RMSNorm modes (RMSNormParams.Mode).
 const (
 	RMSPlain   = 0 // y = (x·r)·w                      (DSpark norms, plain weights)
@@ -57,8 +71,8 @@ type EwiseParams struct {
 	Mode          uint32
 }
 
-// Grid is ⌈N/256⌉ × rows.
-func (p EwiseParams) Grid() [3]uint32 { return [3]uint32{(p.N + 255) / 256, p.Rows, 1} }
+// Grid is ⌈N/ewiseThreads⌉ × rows (one thread per element).
+func (p EwiseParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.N, ewiseThreads), p.Rows, 1} }
 
 // RopeParams: partial NeoX RoPE in place (runtime/model.Rope): row r < rows is at position
 // Pos + r (PosWord: the step state's Position); each of Heads heads of HeadDim values at
@@ -235,8 +249,8 @@ type GDNParams struct {
 	LdQK, LdV, LdGate, LdOut uint32
 }
 
-// Grid is one threadgroup per (value head, 128 state columns).
-func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, (p.VDim + 127) / 128, 1} }
+// Grid is one threadgroup per (value head, gdnThreads state columns).
+func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, ceilDiv(p.VDim, gdnThreads), 1} }
 
 // ConvParams: causal depthwise conv1d + SiLU (runtime/model.CausalConv1D) with the conv state
 // in two slots [2, KernelSize−1, Channels] (slots as GDNParams). x: [rows, LdX] (Channels values),
@@ -252,8 +266,8 @@ type ConvParams struct {
 	LdX, LdY                uint32
 }
 
-// Grid is one thread per channel.
-func (p ConvParams) Grid() [3]uint32 { return [3]uint32{(p.Channels + 255) / 256, 1, 1} }
+// Grid is one thread per channel: ⌈Channels/convThreads⌉ threadgroups.
+func (p ConvParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.Channels, convThreads), 1, 1} }
 
 // AttnParams: causal GQA attention over the KV cache (runtime/model.Attend): row r < rows at
 // position Pos + r (PosWord: the Position word) attends keys 0 … Pos + r of the caches kc, vc
@@ -290,8 +304,10 @@ type KVAppendParams struct {
 	LdK, LdV, LdC uint32
 }
 
-// Grid is ⌈Width/256⌉ × rows.
-func (p KVAppendParams) Grid() [3]uint32 { return [3]uint32{(p.Width + 255) / 256, p.Rows, 1} }
+// Grid is ⌈Width/kvAppendThreads⌉ × rows (one thread per element).
+func (p KVAppendParams) Grid() [3]uint32 {
+	return [3]uint32{ceilDiv(p.Width, kvAppendThreads), p.Rows, 1}
+}
 
 // GatherParams: y[r·LdY + i] = table[ids[IdsOff + r], i] for i < Width, the table [Vocab,
 // Width] of DType 0 (f32) or 1 (bf16), little-endian; ids outside [0, Vocab) give zeros. ids may
@@ -307,8 +323,8 @@ type GatherParams struct {
 	LdY          uint32
 }
 
-// Grid is ⌈Width/256⌉ × rows.
-func (p GatherParams) Grid() [3]uint32 { return [3]uint32{(p.Width + 255) / 256, p.Rows, 1} }
+// Grid is ⌈Width/gatherThreads⌉ × rows (one thread per element).
+func (p GatherParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.Width, gatherThreads), p.Rows, 1} }
 
 // GDNGatesParams: beta = σ(b), g = neg_a·softplus(a + dt_bias) for Heads value heads per row
 // (runtime/model.GDNGates). Kernel lithos_gdn_gates, buffers a [rows, LdA], b [rows, LdB],

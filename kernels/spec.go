@@ -136,15 +136,16 @@ func (p RopeScaledParams) Grid() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 
 // specKernels are the entry points of the speculative ops, appended to the registry.
 func specKernels() []Kernel {
-	f32 := func(n string, w bool) Buffer { return Buffer{n, "f32", w} }
+	f32 := func(n string, w bool) Buffer { return Buffer{Name: n, Elem: "f32", Write: w} }
+	buf := func(n, elem string, w bool) Buffer { return Buffer{Name: n, Elem: elem, Write: w} }
 	return []Kernel{
 		{Name: "lithos_sample", Op: "sample", Threads: SampleThreads, Params: SampleParams{},
-			Buffers: []Buffer{f32("x", false), {"out", "i32", true}}},
+			Buffers: []Buffer{f32("x", false), buf("out", "i32", true)}},
 		{Name: "lithos_round", Op: "round", Threads: 32, Params: RoundParams{}, CtlRW: true,
-			Buffers: []Buffer{{"targets", "i32", false}, {"eos", "i32", false}, {"ring", "u64", true}, f32("conf", true), {"stats", "u32", true}}},
+			Buffers: []Buffer{buf("targets", "i32", false), buf("eos", "i32", false), buf("ring", "u64", true), f32("conf", true), buf("stats", "u32", true)}},
 		{Name: "lithos_copy", Op: "copy", Threads: 256, Params: CopyParams{},
 			Buffers: []Buffer{f32("x", false), f32("y", true)}},
 		{Name: "lithos_rope_scaled", Op: "rope_scaled", Threads: 128, Params: RopeScaledParams{},
-			Buffers: []Buffer{f32("x", true), f32("inv_freq", false)}},
+			Buffers: []Buffer{f32("x", true), {Name: "inv_freq", Elem: "f32", NoAlias: true}}},
 	}
 }
