@@ -51,7 +51,7 @@ func newRoot() *cobra.Command {
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log requests and decisions to stderr")
-	root.AddCommand(newFetchCmd(), newHubCmd(), newAuditCmd(), newSynthHeadersCmd(), newDemoCmd(), newQuantizeCmd())
+	root.AddCommand(newFetchCmd(), newHubCmd(), newAuditCmd(), newSynthHeadersCmd(), newSynthCmd(), newDemoCmd(), newQuantizeCmd())
 	root.AddCommand(newPackCmd(), newVerifyCmd(), newInspectCmd())
 	return root
 }

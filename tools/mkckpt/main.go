@@ -1,4 +1,4 @@
-// Command mkckpt writes a synthetic checkpoint with random tensor data (lithos/pack/packtest)
+// Command mkckpt writes a synthetic checkpoint with random tensor data (lithos/convert.SynthRandom)
 // from a model spec: an embedded one (lithos/manifests: qwen3.8-27b-nvfp4, dspark-qwen3.8-27b-bf16,
 // …) or a spec file, optionally cut to its first layers and without the vision tower and the
 // MTP block. It is the input of the pack benchmark (tools/bench_pack.sh): the 27B's real widths,
@@ -10,7 +10,8 @@
 // (0: the spec's), -seed N, -o DIR (must not exist). With -hf-cache CACHE the files are also
 // published as an HF cache snapshot of -repo (hard links in blobs/<sha256>, relative symlinks in
 // snapshots/<commit>/, refs/main), the layout `lithos-pack fetch` writes, whose path it prints
-// last. It prints the files and the tensor bytes.
+// last. It prints the files and the tensor bytes. `lithos-pack synth --random` writes the same
+// checkpoint from the toolchain (without the HF cache publishing).
 package main
 
 import (
@@ -27,7 +28,6 @@ import (
 	"strings"
 
 	"lithos/convert"
-	"lithos/pack/packtest"
 )
 
 func main() {
@@ -48,10 +48,10 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if s, err = packtest.ScaleSpec(s, *layers, *vision, *mtp, *shard); err != nil {
+	if s, err = convert.CutSynthSpec(s, *layers, *vision, *mtp, *shard); err != nil {
 		log.Fatal(err)
 	}
-	res, err := packtest.WriteCheckpoint(context.Background(), s, *out, *seed)
+	res, err := convert.SynthRandom(context.Background(), s, *out, convert.SynthRandomOptions{Seed: *seed})
 	if err != nil {
 		log.Fatal(err)
 	}
