@@ -20,10 +20,13 @@ import (
 type BenchReport struct {
 	Bundle  string `json:"bundle"`
 	Backend string `json:"backend"`
-	// Threads is GOMAXPROCS; ReadGBs the memory read bandwidth measured before the runs
-	// (best of 5 parallel reads of 256 MiB; GB = 1e9 bytes).
-	Threads int     `json:"threads"`
-	ReadGBs float64 `json:"read_gb_per_s"`
+	// Threads is GOMAXPROCS; ReadGBs the read bandwidth of the memory the weights live in,
+	// measured before the runs (GB = 1e9 bytes): the device's when the target measures it
+	// (BandwidthMeter: the GPU backends), else the host's (best of 5 parallel reads of 256 MiB).
+	// BandwidthOf says which: "device" or "host".
+	Threads     int     `json:"threads"`
+	ReadGBs     float64 `json:"read_gb_per_s"`
+	BandwidthOf string  `json:"bandwidth_of"`
 	// TargetBytesPerPass is the bytes one target pass reads (every matrix and vector of the
 	// target, one embedding row); DraftBytesPerRound the bytes the drafter reads per round
 	// (its matrices and vectors, the target's LM head it projects with, B rows of the
@@ -64,6 +67,13 @@ type BenchRun struct {
 	generated      []int32
 }
 
+// BandwidthMeter is a target whose weights live in device memory: ReadBandwidthGBs measures
+// that memory's streaming read bandwidth (GB/s, GB = 1e9 bytes), the floor Bench compares the
+// passes with.
+type BandwidthMeter interface {
+	ReadBandwidthGBs() (float64, error)
+}
+
 // Bench runs req runs times without and (when the runner has a draft head) with it, and
 // reports the best decode rate of each mode against its floor. An untimed warm-up of each mode
 // (at most 16 tokens) comes first: the first generation in a process runs about 2x slower
@@ -74,7 +84,16 @@ func (r *Runner) Bench(ctx context.Context, req Request, runs int) (*BenchReport
 	if runs < 1 {
 		return nil, fmt.Errorf("bench: %d runs: want at least 1", runs)
 	}
-	rep := &BenchReport{Bundle: r.Bundle.Dir, Backend: r.Backend.Name(), Threads: runtime.GOMAXPROCS(0), ReadGBs: MeasureReadBandwidth(256 << 20)}
+	rep := &BenchReport{Bundle: r.Bundle.Dir, Backend: r.Backend.Name(), Threads: runtime.GOMAXPROCS(0)}
+	if m, ok := r.Target.(BandwidthMeter); ok {
+		gbs, err := m.ReadBandwidthGBs()
+		if err != nil {
+			return nil, fmt.Errorf("bench: device read bandwidth: %w", err)
+		}
+		rep.ReadGBs, rep.BandwidthOf = gbs, "device"
+	} else {
+		rep.ReadGBs, rep.BandwidthOf = MeasureReadBandwidth(256<<20), "host"
+	}
 	rep.TargetBytesPerPass, rep.DraftBytesPerRound = PassBytes(r.Bundle.Manifest)
 	req.OnText, req.OnToken = nil, nil
 	one := func(noDraft bool) (*BenchRun, error) {

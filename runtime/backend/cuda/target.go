@@ -204,3 +204,15 @@ func (t *Target) Close() error {
 	}
 	return err
 }
+
+// ReadBandwidthGBs measures the device's streaming read bandwidth (the median of 5 reads of
+// 4 GiB, many times the L2, with the device-check kernel; GB = 1e9 bytes): the floor that
+// lithos-run bench compares passes with (generate.BandwidthMeter). It allocates 4 GiB of
+// device memory for the run.
+func (t *Target) ReadBandwidthGBs() (float64, error) {
+	b, err := t.Device.ReadBandwidth(4<<30, 5)
+	if err != nil {
+		return 0, err
+	}
+	return b.GBps(), nil
+}
