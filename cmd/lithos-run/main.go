@@ -316,7 +316,7 @@ func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generat
 	}
 	w := g.stdout
 	fmt.Fprintf(w, "bundle %s, backend %s, %d threads, %d prompt tokens\n", rep.Bundle, rep.Backend, rep.Threads, rep.PromptTokens)
-	fmt.Fprintf(w, "floor: memory read bandwidth %.1f GB/s measured now; target %.1f MB per pass", rep.ReadGBs, float64(rep.TargetBytesPerPass)/1e6)
+	fmt.Fprintf(w, "floor: %s memory read bandwidth %.1f GB/s measured now; target %.1f MB per pass", rep.BandwidthOf, rep.ReadGBs, float64(rep.TargetBytesPerPass)/1e6)
 	if rep.DraftBytesPerRound > 0 {
 		fmt.Fprintf(w, ", drafter %.1f MB per round", float64(rep.DraftBytesPerRound)/1e6)
 	}
