@@ -406,7 +406,7 @@ func TestBench(t *testing.T) {
 		t.Errorf("plain floor %.1f tok/s, want bandwidth ÷ bytes per pass = %.1f", rep.Plain.FloorTokPerS, wantPlain)
 	}
 	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "6", "--prompt-ids", "5,6,7", "--runs", "2")
-	if code != 0 || !strings.Contains(stdout, "floor: memory read bandwidth") || !strings.Contains(stdout, "speculative:") || !strings.Contains(stdout, "identical to plain: true") {
+	if code != 0 || !strings.Contains(stdout, "floor: host memory read bandwidth") || !strings.Contains(stdout, "speculative:") || !strings.Contains(stdout, "identical to plain: true") {
 		t.Fatalf("table: exit %d, stdout %s, stderr %s", code, stdout, stderr)
 	}
 	code, stdout, stderr = runCLI("bench", fixture(t), "--max-tokens", "4", "--json")
