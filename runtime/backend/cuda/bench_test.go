@@ -99,17 +99,7 @@ type blmChainMatrix struct {
 // second and that rate over the streaming read bandwidth measured in the same run (the floor:
 // a pass cannot read its bytes faster).
 func BenchmarkBLMPass(b *testing.B) {
-	d := testDevice(b)
-	ks, err := d.LoadKernels()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ks.Unload()
-	floor, err := d.ReadBandwidth(4<<30, 10)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("read bandwidth floor: %.0f GB/s", floor.GBps())
+	d, ks, floor := benchDevice(b)
 	chk, err := d.loadCheck()
 	if err != nil {
 		b.Fatal(err)
@@ -286,21 +276,12 @@ func BenchmarkBundleDecode(b *testing.B) {
 	if dir == "" {
 		b.Skip("neither LITHOS_CUDA_BUNDLE nor LITHOS_CUDA_SLICE_LAYERS is set")
 	}
-	d := testDevice(b)
-	floor, err := d.ReadBandwidth(4<<30, 10)
-	if err != nil {
-		b.Fatal(err)
-	}
+	d, ks, floor := benchDevice(b)
 	bd, err := bundle.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer bd.Close()
-	ks, err := d.LoadKernels()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ks.Unload()
 	tg, err := LoadTarget(b.Context(), d, ks, bd)
 	if err != nil {
 		b.Fatal(err)
@@ -480,4 +461,22 @@ func BenchmarkBLMOne(b *testing.B) {
 			recs.Free()
 		}
 	}
+}
+
+// benchDevice is the setup every GPU benchmark shares: the test device, its streaming read
+// bandwidth measured in the same run (4 GiB, median of 10 reads: the floor the benchmarks
+// report against, logged) and the kernel module (unloaded when b ends).
+func benchDevice(b *testing.B) (*Device, *Kernels, Bandwidth) {
+	d := testDevice(b)
+	floor, err := d.ReadBandwidth(4<<30, 10)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("read bandwidth floor: %.0f GB/s", floor.GBps())
+	ks, err := d.LoadKernels()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ks.Unload() })
+	return d, ks, floor
 }

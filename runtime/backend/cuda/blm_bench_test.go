@@ -90,17 +90,7 @@ func f32s(v []float64) []float32 {
 // Reports GB/s and × floor per shape, rows and work split (K parts, blocks per simdgroup; "d"
 // marks NewBLMParams's own choice).
 func BenchmarkBLMShapes(b *testing.B) {
-	d := testDevice(b)
-	ks, err := d.LoadKernels()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ks.Unload()
-	floor, err := d.ReadBandwidth(4<<30, 10)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("read bandwidth floor: %.0f GB/s", floor.GBps())
+	d, ks, floor := benchDevice(b)
 	chk, err := d.loadCheck()
 	if err != nil {
 		b.Fatal(err)

@@ -35,21 +35,12 @@ func BenchmarkSpecRound(b *testing.B) {
 		b.Skip("LITHOS_CUDA_SLICE_LAYERS is not set")
 	}
 	dir := makeSliceWithHead(b, n)
-	d := testDevice(b)
-	floor, err := d.ReadBandwidth(4<<30, 10)
-	if err != nil {
-		b.Fatal(err)
-	}
+	d, ks, floor := benchDevice(b)
 	bd, err := bundle.Open(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer bd.Close()
-	ks, err := d.LoadKernels()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ks.Unload()
 	tg, err := LoadTarget(b.Context(), d, ks, bd)
 	if err != nil {
 		b.Fatal(err)
