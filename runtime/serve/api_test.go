@@ -215,7 +215,7 @@ func TestChatToolCalls(t *testing.T) {
 
 	// The round trip: the call and its result go back through the template, and the prompt
 	// extends the first one's history, so only the new part is prefilled.
-	prefilled0, _, _ := ts.ft.counts()
+	prefilled0 := ts.ft.Counts().Prefilled
 	args1 := path(call, "function", "arguments").(string)
 	req2 := `{"model":"tiny","tools":` + weatherTools + `,"messages":[{"role":"user","content":"What is the weather in Paris?"},
 		{"role":"assistant","content":"I will check.","tool_calls":[{"id":"` + id + `","type":"function","function":{"name":"get_weather","arguments":` + jsonString(args1) + `}}]},
@@ -225,7 +225,7 @@ func TestChatToolCalls(t *testing.T) {
 	if code != 200 || path(m, "choices", 0, "message", "content") != "It is sunny in Paris." || path(m, "choices", 0, "finish_reason") != "stop" {
 		t.Fatalf("round trip: %d %s", code, body)
 	}
-	prefilled1, _, _ := ts.ft.counts()
+	prefilled1 := ts.ft.Counts().Prefilled
 	prompt2 := int(path(m, "usage", "prompt_tokens").(float64))
 	cached := int(path(m, "usage", "prompt_tokens_details", "cached_tokens").(float64))
 	// The first request's history: its prompt and every generated token but the EOS.
@@ -243,12 +243,11 @@ func TestChatToolCalls(t *testing.T) {
 // scripted backend keeps it).
 func (ts *testServer) lastHistory(t *testing.T) string {
 	t.Helper()
-	ts.ft.mu.Lock()
-	defer ts.ft.mu.Unlock()
-	if ts.ft.lastHist == "" {
+	hist := ts.ft.LastHistory()
+	if hist == "" {
 		t.Fatal("no prefill recorded")
 	}
-	return ts.ft.lastHist
+	return hist
 }
 
 func jsonString(s string) string {

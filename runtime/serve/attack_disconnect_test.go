@@ -158,9 +158,7 @@ func TestAttackDisconnectEveryStage(t *testing.T) {
 	if code != 200 || path(obj(t, string(body)), "choices", 0, "message", "content") != "echo: after" {
 		t.Fatalf("after the disconnects: %d %s", code, body)
 	}
-	ts.ft.mu.Lock()
-	order := slices.Clone(ts.ft.order)
-	ts.ft.mu.Unlock()
+	order := ts.generations()
 	if want := []string{"warm", "holder", "gone", "gone", "after"}; !slices.Equal(order, want) {
 		t.Errorf("generations run %q, want %q (the queued requests whose clients left must not run)", order, want)
 	}

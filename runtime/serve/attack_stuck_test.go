@@ -57,7 +57,7 @@ func TestAttackStuckStreamReaderBlocksOthers(t *testing.T) {
 		{"/v1/messages", `{"model":"tiny","stream":true,"max_tokens":64000,"messages":[{"role":"user","content":"flood"}]}`},
 	} {
 		t.Run(strings.TrimPrefix(api.path, "/v1/"), func(t *testing.T) {
-			ts := newTestServer(t, Options{Queue: 4, Context: 65536}, func(ft *fakeTarget) { ft.script = floodScript })
+			ts := newTestServer(t, Options{Queue: 4, Context: 65536}, func(ft *fakeTarget) { ft.Script = floodScript })
 			// Control: the same stream, read by its client, takes d; the victim may wait for
 			// that much generation (and more on a loaded machine), not forever.
 			t0 := time.Now()

@@ -14,7 +14,7 @@ import (
 // scripted backend answering "ok" (one token and the EOS), against a floor measured in the
 // same run: a bare net/http handler answering a body of the same size over the same loopback.
 func BenchmarkRequestOverhead(b *testing.B) {
-	ts := newTestServer(b, Options{}, func(ft *fakeTarget) { ft.script = func(string) string { return "ok" } })
+	ts := newTestServer(b, Options{}, func(ft *fakeTarget) { ft.Script = func(string) string { return "ok" } })
 	body := `{"model":"tiny","messages":[{"role":"user","content":"Hi"}]}`
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	do := func(url string) int {

@@ -36,16 +36,16 @@ func turn(t *testing.T, ts *testServer, extra string, texts ...string) (string, 
 // template renders by appending) prefills only its new tokens; a different sampling setting,
 // a diverging conversation or an evicted entry prefill all.
 func TestParkedSessions(t *testing.T) {
-	ts := newTestServer(t, Options{Checkpoints: 2}, func(ft *fakeTarget) { ft.script = echoScript })
+	ts := newTestServer(t, Options{Checkpoints: 2}, func(ft *fakeTarget) { ft.Script = echoScript })
 	a1, pa1, c := turn(t, ts, "", "a1")
 	if a1 != "echo: a1" || c != 0 {
 		t.Fatalf("a1: %q cached %d", a1, c)
 	}
 	outA1 := countTokens(t, a1) // generated tokens but the EOS: fed to the state
 	turn(t, ts, "", "b1")
-	prefilled0, _, _ := ts.ft.counts()
+	prefilled0 := ts.ft.Counts().Prefilled
 	a2, pa2, c := turn(t, ts, "", "a1", a1, "a2")
-	prefilled1, _, _ := ts.ft.counts()
+	prefilled1 := ts.ft.Counts().Prefilled
 	if a2 != "echo: a2" || c != pa1+outA1 || prefilled1-prefilled0 != pa2-c {
 		t.Fatalf("a2: %q cached %d, want %d; prefilled %d of %d", a2, c, pa1+outA1, prefilled1-prefilled0, pa2)
 	}
@@ -64,24 +64,23 @@ func TestParkedSessions(t *testing.T) {
 	_, _, m := ts.get(t, "/metrics")
 	for _, want := range []string{"lithos_checkpoint_hits_total 1\n", "lithos_checkpoint_misses_total 5\n",
 		"lithos_checkpoints 2\n", "lithos_checkpoint_evictions_total 3\n",
-		fmt.Sprintf("lithos_checkpoint_bytes %d\n", 2*StateBytes(&ts.ft.cfg, 4096))} {
+		fmt.Sprintf("lithos_checkpoint_bytes %d\n", 2*StateBytes(&ts.ft.Cfg, 4096))} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("metrics lack %q:\n%s", want, m)
 		}
 	}
 	// Every session the backend opened is closed or held.
-	_, sessions, closed := ts.ft.counts()
-	if sessions-closed != 2 {
-		t.Errorf("%d sessions opened, %d closed: want 2 held", sessions, closed)
+	if n := ts.ft.Counts(); n.Sessions-n.Closed != 2 {
+		t.Errorf("%d sessions opened, %d closed: want 2 held", n.Sessions, n.Closed)
 	}
 	// No checkpoints: nothing reused, nothing held.
-	ts0 := newTestServer(t, Options{Checkpoints: -1}, func(ft *fakeTarget) { ft.script = echoScript })
+	ts0 := newTestServer(t, Options{Checkpoints: -1}, func(ft *fakeTarget) { ft.Script = echoScript })
 	turn(t, ts0, "", "a1")
 	if _, _, c := turn(t, ts0, "", "a1", a1, "a2"); c != 0 {
 		t.Fatalf("checkpoints off, cached %d", c)
 	}
-	if _, sessions, closed := ts0.ft.counts(); sessions != closed {
-		t.Errorf("checkpoints off: %d sessions opened, %d closed", sessions, closed)
+	if n := ts0.ft.Counts(); n.Sessions != n.Closed {
+		t.Errorf("checkpoints off: %d sessions opened, %d closed", n.Sessions, n.Closed)
 	}
 }
 
@@ -92,8 +91,8 @@ func TestParkedSessions(t *testing.T) {
 func TestSnapshots(t *testing.T) {
 	// The answer depends on the whole history: its length in bytes.
 	script := func(h string) string { return fmt.Sprintf("%s has %d bytes before it", lastUser(h), len(h)) }
-	snap := newTestServer(t, Options{Checkpoints: 4}, func(ft *fakeTarget) { ft.script, ft.snapshots = script, true })
-	fresh := newTestServer(t, Options{Checkpoints: -1}, func(ft *fakeTarget) { ft.script = script })
+	snap := newTestServer(t, Options{Checkpoints: 4}, func(ft *fakeTarget) { ft.Script, ft.Snapshots = script, true })
+	fresh := newTestServer(t, Options{Checkpoints: -1}, func(ft *fakeTarget) { ft.Script = script })
 	sys := `{"role":"system","content":"You are a careful assistant."}`
 	ask := func(ts *testServer, user string) (string, int) {
 		code, _, body := ts.post(t, "/v1/chat/completions", `{"model":"tiny","messages":[`+sys+`,{"role":"user","content":"`+user+`"}]}`)
@@ -114,9 +113,8 @@ func TestSnapshots(t *testing.T) {
 			t.Fatalf("%s: cached %d, want %d", user, cached, wantCached)
 		}
 	}
-	snap.ft.mu.Lock()
-	restores, snaps := snap.ft.restores, snap.ft.snaps
-	snap.ft.mu.Unlock()
+	n := snap.ft.Counts()
+	restores, snaps := n.Restores, n.Snapshots
 	// Saved: the system prefix once, the end of each conversation's messages (and the
 	// server's probe of the hook at start).
 	if restores != 2 || snaps != 1+4 {
@@ -154,7 +152,7 @@ func metric(t *testing.T, ts *testServer, name string) string {
 func TestCheckpointBudget(t *testing.T) {
 	tok, cfg, tpl := fixture(t)
 	S := StateBytes(&cfg, 4096)
-	echo := func(ft *fakeTarget) { ft.script = echoScript }
+	echo := func(ft *fakeTarget) { ft.Script = echoScript }
 
 	ts := newTestServer(t, Options{Checkpoints: 10, CheckpointBytes: 2 * S}, echo)
 	for _, u := range []string{"a1", "b1", "c1"} {
@@ -179,15 +177,15 @@ func TestCheckpointBudget(t *testing.T) {
 	if _, _, c := turn(t, small, "", "a1", "echo: a1", "a2"); c != 0 {
 		t.Fatalf("a session larger than the budget was kept: cached %d", c)
 	}
-	if _, sessions, closed := small.ft.counts(); sessions != closed || metric(t, small, "lithos_checkpoints_refused_total") != "2" || metric(t, small, "lithos_checkpoints") != "0" {
-		t.Fatalf("budget below a session: %d sessions opened, %d closed; metrics refused %s, held %s", sessions, closed,
+	if n := small.ft.Counts(); n.Sessions != n.Closed || metric(t, small, "lithos_checkpoints_refused_total") != "2" || metric(t, small, "lithos_checkpoints") != "0" {
+		t.Fatalf("budget below a session: %d sessions opened, %d closed; metrics refused %s, held %s", n.Sessions, n.Closed,
 			metric(t, small, "lithos_checkpoints_refused_total"), metric(t, small, "lithos_checkpoints"))
 	}
 
 	// Snapshots (4 bytes a token in the scripted backend) and one parked session at most.
 	script := func(h string) string { return fmt.Sprintf("%s has %d bytes before it", lastUser(h), len(h)) }
 	budget := S + 400
-	snap := newTestServer(t, Options{Checkpoints: 10, CheckpointBytes: budget}, func(ft *fakeTarget) { ft.script, ft.snapshots = script, true })
+	snap := newTestServer(t, Options{Checkpoints: 10, CheckpointBytes: budget}, func(ft *fakeTarget) { ft.Script, ft.Snapshots = script, true })
 	sysTokens := countTokens(t, "<|im_start|>system\nYou are a careful assistant.<|im_end|>\n")
 	for i, user := range []string{"first question", "second question", "third one"} {
 		code, _, body := snap.post(t, "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"system","content":"You are a careful assistant."},{"role":"user","content":"`+user+`"}]}`)
@@ -210,7 +208,7 @@ func TestCheckpointBudget(t *testing.T) {
 		}
 	}
 
-	if _, err := New(Model{Target: &fakeTarget{cfg: cfg, tok: tok}, Tokenizer: tok, Chat: &chat.Config{Templates: map[string]string{"default": tpl}}},
+	if _, err := New(Model{Target: &fakeTarget{Cfg: cfg, Tok: tok}, Tokenizer: tok, Chat: &chat.Config{Templates: map[string]string{"default": tpl}}},
 		Options{Names: []string{"x"}, CheckpointBytes: -1}); err == nil || !strings.Contains(err.Error(), "checkpoint budget") {
 		t.Error("a negative checkpoint budget was accepted")
 	}
@@ -221,16 +219,13 @@ func TestCheckpointBudget(t *testing.T) {
 // (backend.Resetter) and uses it instead of allocating one — its answer is a fresh session's —
 // and keeps it parked afterwards; a request with other sampling constants gets a new session.
 func TestRecycle(t *testing.T) {
-	ts := newTestServer(t, Options{Checkpoints: 1}, func(ft *fakeTarget) { ft.script, ft.resets = echoScript, true })
+	ts := newTestServer(t, Options{Checkpoints: 1}, func(ft *fakeTarget) { ft.Script, ft.Resets = echoScript, true })
 	turn(t, ts, "", "a1") // the probe's session and a1's: 2 opened, the probe closed
 	if a, _, c := turn(t, ts, "", "b1"); a != "echo: b1" || c != 0 {
 		t.Fatalf("b1 on a recycled session: %q, cached %d", a, c)
 	}
-	ts.ft.mu.Lock()
-	resets := ts.ft.resetCount
-	ts.ft.mu.Unlock()
-	if _, sessions, closed := ts.ft.counts(); sessions != 2 || closed != 1 || resets != 1 {
-		t.Fatalf("%d sessions opened, %d closed, %d resets: want 2, 1, 1", sessions, closed, resets)
+	if n := ts.ft.Counts(); n.Sessions != 2 || n.Closed != 1 || n.Resets != 1 {
+		t.Fatalf("%d sessions opened, %d closed, %d resets: want 2, 1, 1", n.Sessions, n.Closed, n.Resets)
 	}
 	if a, _, c := turn(t, ts, "", "b1", "echo: b1", "b2"); a != "echo: b2" || c == 0 {
 		t.Fatalf("b2 after the recycled b1: %q, cached %d", a, c)
@@ -238,14 +233,14 @@ func TestRecycle(t *testing.T) {
 	if _, _, c := turn(t, ts, `"temperature":0.5,`, "c1"); c != 0 {
 		t.Fatalf("c1: cached %d", c)
 	}
-	if _, sessions, closed := ts.ft.counts(); sessions != 3 || closed != 2 || metric(t, ts, "lithos_sessions_reused_total") != "1" {
-		t.Fatalf("another temperature: %d sessions opened, %d closed, %s reused: want 3, 2, 1", sessions, closed, metric(t, ts, "lithos_sessions_reused_total"))
+	if n := ts.ft.Counts(); n.Sessions != 3 || n.Closed != 2 || metric(t, ts, "lithos_sessions_reused_total") != "1" {
+		t.Fatalf("another temperature: %d sessions opened, %d closed, %s reused: want 3, 2, 1", n.Sessions, n.Closed, metric(t, ts, "lithos_sessions_reused_total"))
 	}
 	// With room for both, nothing is recycled.
-	roomy := newTestServer(t, Options{Checkpoints: 2}, func(ft *fakeTarget) { ft.script, ft.resets = echoScript, true })
+	roomy := newTestServer(t, Options{Checkpoints: 2}, func(ft *fakeTarget) { ft.Script, ft.Resets = echoScript, true })
 	turn(t, roomy, "", "a1")
 	turn(t, roomy, "", "b1")
-	if _, sessions, _ := roomy.ft.counts(); sessions != 3 {
-		t.Fatalf("with room for two: %d sessions opened, want 3", sessions)
+	if n := roomy.ft.Counts(); n.Sessions != 3 {
+		t.Fatalf("with room for two: %d sessions opened, want 3", n.Sessions)
 	}
 }

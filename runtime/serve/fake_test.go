@@ -3,10 +3,7 @@ package serve
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,19 +17,21 @@ import (
 	"testing"
 	"time"
 
-	"lithos/runtime/backend"
-	"lithos/runtime/bundle"
 	"lithos/runtime/chat"
 	"lithos/runtime/generate/gentest"
 	"lithos/runtime/model"
+	"lithos/runtime/serve/servetest"
 	"lithos/runtime/tokenizer"
 )
 
-// The scripted backend: a backend.Target whose sessions follow the step-state contract
-// (prefill chunks, ring, StopAt, EOS, capacity, cancellation between steps) but whose
-// "model" answers a script: the output for a history is the tokens of script(history text)
-// followed by the EOS. It makes the server's API layers testable with exact outputs (tool
-// calls, thinking, stop sequences), and counts what the engine asks of it.
+// The serve tests run on the scripted backend of servetest (a backend.Target whose "model"
+// answers script(history text) followed by <|im_end|>, through the step state and token ring),
+// with the gentest tokenizer and the Qwen3.5-style chat template, so that the API layers have
+// exact outputs (tool calls, thinking, stop sequences) and the engine's requests are counted.
+
+// fakeTarget is the scripted target; newTestServer sets its EOS and Script, a test's mod its
+// options (Script, Snapshots, Resets, Gate, GateRun).
+type fakeTarget = servetest.Target
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -68,226 +67,6 @@ func fixture(t testing.TB) (*tokenizer.Tokenizer, model.Config, string) {
 		t.Fatal(fixtureErr)
 	}
 	return fixtureTok, fixtureCfg, fixtureTpl
-}
-
-type fakeTarget struct {
-	cfg       model.Config
-	tok       *tokenizer.Tokenizer
-	script    func(history string) string
-	snapshots bool          // sessions implement backend.Snapshotter
-	resets    bool          // sessions implement backend.Resetter (not with snapshots)
-	gate      chan struct{} // when set, every decode step takes one value from it
-	gateRun   chan struct{} // when set, a value is sent on it before a step waits on gate
-
-	mu               sync.Mutex
-	prefilled        int // prompt tokens prefilled, all sessions
-	sessions, closed int
-	restores, snaps  int
-	resetCount       int
-	lastHist         string   // the text of the whole history at the last Prefill
-	order            []string // the last user message of each generation, in order
-}
-
-func (t *fakeTarget) Config() model.Config { return t.cfg }
-func (t *fakeTarget) Close() error         { return nil }
-
-func (t *fakeTarget) LoadDraft(context.Context, *bundle.Bundle) (backend.Drafter, error) {
-	return nil, nil
-}
-
-func (t *fakeTarget) NewSession(opt backend.SessionOptions) (backend.Session, error) {
-	if err := opt.Normalize(t.cfg.Vocab); err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	t.sessions++
-	t.mu.Unlock()
-	s := &fakeSession{t: t, opt: opt, ss: backend.NewStepState(max(opt.PrefillChunk, backend.DecodeRows), opt.Sampling.Seed),
-		ring: backend.NewRing(opt.RingCapacity)}
-	if t.snapshots {
-		return &snapSession{s}, nil
-	}
-	if t.resets {
-		return &resetSession{s}, nil
-	}
-	return s, nil
-}
-
-func (t *fakeTarget) counts() (prefilled, sessions, closed int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.prefilled, t.sessions, t.closed
-}
-
-type fakeSession struct {
-	t      *fakeTarget
-	opt    backend.SessionOptions
-	ss     *backend.StepState
-	ring   *backend.Ring
-	hist   []int32
-	out    []int32
-	next   int
-	closed bool
-}
-
-func (s *fakeSession) State() *backend.StepState { return s.ss }
-func (s *fakeSession) Ring() *backend.Ring       { return s.ring }
-func (s *fakeSession) Stats() backend.RoundStats { return backend.RoundStats{} }
-
-func (s *fakeSession) Close() error {
-	if !s.closed {
-		s.closed = true
-		s.t.mu.Lock()
-		s.t.closed++
-		s.t.mu.Unlock()
-	}
-	return nil
-}
-
-func (s *fakeSession) Prefill(ctx context.Context, prompt []int32) error {
-	ss := s.ss
-	switch {
-	case s.closed:
-		return errors.New("closed")
-	case ss.Done != 0:
-		return errors.New("fake: prefill on a done session")
-	case len(prompt) == 0:
-		return errors.New("fake: empty prompt")
-	case int(ss.Position)+len(prompt) > s.opt.Capacity:
-		return fmt.Errorf("fake: %d tokens at %d exceed %d", len(prompt), ss.Position, s.opt.Capacity)
-	}
-	for i := 0; i < len(prompt); i += s.opt.PrefillChunk {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		chunk := prompt[i:min(i+s.opt.PrefillChunk, len(prompt))]
-		s.hist = append(s.hist, chunk...)
-		ss.Position += uint32(len(chunk))
-		ss.Step++
-		s.t.mu.Lock()
-		s.t.prefilled += len(chunk)
-		s.t.mu.Unlock()
-	}
-	ids := make([]int, len(s.hist))
-	for i, id := range s.hist {
-		ids[i] = int(id)
-	}
-	text, err := s.t.tok.Decode(ids, false)
-	if err != nil {
-		return err
-	}
-	enc, err := s.t.tok.Encode(s.t.script(text))
-	if err != nil {
-		return err
-	}
-	s.out = s.out[:0]
-	for _, id := range enc {
-		s.out = append(s.out, int32(id))
-	}
-	s.out = append(s.out, gentest.IMEnd)
-	s.next = 0
-	s.t.mu.Lock()
-	s.t.lastHist = text
-	s.t.order = append(s.t.order, lastUser(text))
-	s.t.mu.Unlock()
-	s.push()
-	return nil
-}
-
-// push samples the next scripted token into the ring, as the device step does.
-func (s *fakeSession) push() {
-	tok := int32(gentest.IMEnd)
-	if s.next < len(s.out) {
-		tok = s.out[s.next]
-	}
-	s.next++
-	if !s.ring.Push(s.ss, tok) {
-		return
-	}
-	s.ss.Anchor = tok
-	if slices.Contains(s.opt.EOS, tok) || (s.ss.StopAt != 0 && s.ss.RingHead >= s.ss.StopAt) {
-		s.ss.Done = 1
-	}
-}
-
-func (s *fakeSession) Decode(ctx context.Context, steps int) error {
-	ss := s.ss
-	for i := 0; i < steps && ss.Done == 0; i++ {
-		if s.t.gate != nil {
-			if s.t.gateRun != nil {
-				select {
-				case s.t.gateRun <- struct{}{}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			select {
-			case <-s.t.gate:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if int(ss.Position)+1 > s.opt.Capacity {
-			ss.Error, ss.Done = backend.ErrContextFull, 1
-			return nil
-		}
-		s.hist = append(s.hist, ss.Anchor)
-		ss.Position++
-		ss.Step++
-		s.push()
-	}
-	return nil
-}
-
-// snapSession adds the Snapshotter hook.
-type snapSession struct{ *fakeSession }
-
-type fakeSnap struct{ hist []int32 }
-
-func (f *fakeSnap) Position() int { return len(f.hist) }
-func (f *fakeSnap) Bytes() int64  { return int64(4 * len(f.hist)) }
-
-func (s *snapSession) Snapshot() (backend.Snapshot, error) {
-	s.t.mu.Lock()
-	s.t.snaps++
-	s.t.mu.Unlock()
-	return &fakeSnap{slices.Clone(s.hist)}, nil
-}
-
-func (s *snapSession) Restore(sn backend.Snapshot) error {
-	f := sn.(*fakeSnap)
-	if len(f.hist) > s.opt.Capacity {
-		return errors.New("too long")
-	}
-	s.t.mu.Lock()
-	s.t.restores++
-	s.t.mu.Unlock()
-	s.hist = slices.Clone(f.hist)
-	s.ss.Position = uint32(len(f.hist))
-	s.ss.Done, s.ss.Error = 0, 0
-	_ = s.ring.Drain(s.ss, nil)
-	return nil
-}
-
-// resetSession adds the Resetter hook.
-type resetSession struct{ *fakeSession }
-
-func (s *resetSession) Reset() error {
-	if s.closed {
-		return errors.New("closed")
-	}
-	s.t.mu.Lock()
-	s.t.resetCount++
-	s.t.mu.Unlock()
-	s.hist, s.out, s.next = nil, nil, 0
-	pending := s.ss.Pending
-	*s.ss = *backend.NewStepState(0, s.opt.Sampling.Seed)
-	s.ss.Pending = pending
-	s.ring.Reset()
-	return nil
 }
 
 // lastUser returns the text of the last user turn in a rendered history.
@@ -328,13 +107,22 @@ type testServer struct {
 	url string
 	ts  *httptest.Server
 	ft  *fakeTarget
+
+	genMu sync.Mutex
+	gens  []string // the last user message of each generation's history, in order
 }
 
-// newTestServer starts a server on the scripted backend over loopback.
+// newTestServer starts a server on the scripted backend over loopback; mod, when not nil,
+// sets the backend's script and options.
 func newTestServer(t testing.TB, opt Options, mod func(*fakeTarget)) *testServer {
 	t.Helper()
 	tok, cfg, tpl := fixture(t)
-	ft := &fakeTarget{cfg: cfg, tok: tok, script: defaultScript}
+	ts := &testServer{}
+	ft := &fakeTarget{Cfg: cfg, Tok: tok, EOS: gentest.IMEnd, Script: defaultScript, OnPrefill: func(history string) {
+		ts.genMu.Lock()
+		ts.gens = append(ts.gens, lastUser(history))
+		ts.genMu.Unlock()
+	}}
 	if mod != nil {
 		mod(ft)
 	}
@@ -352,12 +140,26 @@ func newTestServer(t testing.TB, opt Options, mod func(*fakeTarget)) *testServer
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
+	hs := listen(t, s)
+	ts.Server, ts.url, ts.ts, ts.ft = s, hs.URL, hs, ft
+	return ts
+}
+
+// listen serves s over loopback until the test ends; the cleanup closes the listener, then s.
+func listen(t testing.TB, s *Server) *httptest.Server {
+	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
-		ts.Close()
+		hs.Close()
 		s.Close()
 	})
-	return &testServer{Server: s, url: ts.URL, ts: ts, ft: ft}
+	return hs
+}
+
+// generations returns the last user message of each generation run so far, in order.
+func (ts *testServer) generations() []string {
+	ts.genMu.Lock()
+	defer ts.genMu.Unlock()
+	return slices.Clone(ts.gens)
 }
 
 // post sends a JSON body and returns the status, headers and body.

@@ -22,8 +22,8 @@ import (
 func TestWriteDeadlineCancels(t *testing.T) {
 	gate := make(chan struct{})
 	ts := newTestServer(t, Options{Queue: 4, Context: 65536, WriteTimeout: 300 * time.Millisecond}, func(ft *fakeTarget) {
-		ft.script = floodScript
-		ft.gate = gate
+		ft.Script = floodScript
+		ft.Gate = gate
 	})
 	// Small socket buffers on the server side too, so that the writes block after a few KiB.
 	srv := httptest.NewUnstartedServer(ts.Handler())

@@ -24,8 +24,8 @@ func echoScript(history string) string {
 // gets a value each time a step starts waiting.
 func gated(gate, running chan struct{}) func(*fakeTarget) {
 	return func(ft *fakeTarget) {
-		ft.script = echoScript
-		ft.gate, ft.gateRun = gate, running
+		ft.Script = echoScript
+		ft.Gate, ft.GateRun = gate, running
 	}
 }
 
@@ -88,9 +88,7 @@ func TestQueueFIFO(t *testing.T) {
 			t.Fatalf("%s: %d %s", a.user, a.code, a.body)
 		}
 	}
-	ts.ft.mu.Lock()
-	order := strings.Join(ts.ft.order, ",")
-	ts.ft.mu.Unlock()
+	order := strings.Join(ts.generations(), ",")
 	if order != "r0,r1,r2,r3" {
 		t.Fatalf("generated in the order %v, want FIFO", order)
 	}
@@ -105,7 +103,7 @@ func TestQueueFIFO(t *testing.T) {
 // hold them all: every request is answered with its own text, none lost.
 func TestLoad(t *testing.T) {
 	const n = 32
-	ts := newTestServer(t, Options{Queue: n}, func(ft *fakeTarget) { ft.script = echoScript })
+	ts := newTestServer(t, Options{Queue: n}, func(ft *fakeTarget) { ft.Script = echoScript })
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -153,7 +151,7 @@ func TestLoad(t *testing.T) {
 // anything else, and the 429s are the rejections the metrics count.
 func TestLoadOverflow(t *testing.T) {
 	const n = 24
-	ts := newTestServer(t, Options{Queue: 2}, func(ft *fakeTarget) { ft.script = echoScript })
+	ts := newTestServer(t, Options{Queue: 2}, func(ft *fakeTarget) { ft.Script = echoScript })
 	var mu sync.Mutex
 	counts := map[int]int{}
 	var wg sync.WaitGroup

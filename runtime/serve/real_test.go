@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -36,12 +35,7 @@ func openReal(t *testing.T, dir string, ro generate.Options, opt Options) (*Serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		s.Close()
-	})
-	return s, hs.URL
+	return s, listen(t, s).URL
 }
 
 // TestRealBundle: the server's answer is the one runtime/generate gives for the same chat

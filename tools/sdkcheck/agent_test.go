@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,11 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"lithos/runtime/chat"
-	"lithos/runtime/generate/gentest"
-	"lithos/runtime/model"
 	"lithos/runtime/serve"
-	"lithos/runtime/tokenizer"
 )
 
 // Real agent CLIs through their launchers, on the server code with a scripted model that drives
@@ -83,27 +78,8 @@ func TestAgentCLIs(t *testing.T) {
 	if bin == "" {
 		t.Skip("SKIP agent CLIs: set SDKCHECK_AGENTS to a directory holding claude, codex and/or opencode (see agent_test.go)")
 	}
-	tok, err := tokenizer.Parse(gentest.TokenizerJSON())
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(gentest.GoldenDir("b"), "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.ParseConfig(data)
-	if err != nil {
-		t.Fatal(err)
-	}
 	nonce := fmt.Sprint(time.Now().UnixNano() % 1000000)
-	s, err := serve.New(serve.Model{
-		Target:    &scriptedTarget{cfg: cfg, tok: tok, script: agentScript(nonce)},
-		Tokenizer: tok, EOS: []int32{gentest.IMEnd},
-		Chat: &chat.Config{Templates: map[string]string{"default": qwen35Template(t)}, SpecialTokens: map[string]any{"eos_token": "<|im_end|>"}},
-	}, serve.Options{Names: []string{"lithos-scripted"}, Context: 1 << 20, MaxBodyBytes: 64 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := scriptedServer(t, agentScript(nonce), serve.Options{Names: []string{"lithos-scripted"}, Context: 1 << 20, MaxBodyBytes: 64 << 20})
 	h := s.Handler()
 	if dump := os.Getenv("SDKCHECK_DUMP"); dump != "" { // record the agents' requests (debugging)
 		var n atomic.Int64
@@ -116,7 +92,7 @@ func TestAgentCLIs(t *testing.T) {
 		})
 	}
 	ts := httptest.NewServer(h)
-	t.Cleanup(func() { ts.Close(); s.Close() })
+	t.Cleanup(ts.Close)
 
 	dir := t.TempDir()
 	lithos := filepath.Join(dir, "lithos-run")

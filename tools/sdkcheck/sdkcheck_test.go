@@ -1,8 +1,8 @@
 // Package sdkcheck runs check.mjs — the official `openai` and `@anthropic-ai/sdk` packages from
 // npm, pinned in package.json — against lithos servers: the real `lithos-run serve` binary on a
-// tiny random-weight bundle, and the server code on a scripted backend whose output is exact
-// (tool calls). The tests skip, saying why, when node or node_modules is missing: run
-// `npm ci` in tools/sdkcheck first (.ci/run does).
+// tiny random-weight bundle, and the server code on a scripted backend (lithos/runtime/serve/
+// servetest) whose output is exact (tool calls). The tests skip, saying why, when node or
+// node_modules is missing: run `npm ci` in tools/sdkcheck first (.ci/run does).
 package sdkcheck
 
 import (
@@ -28,6 +28,7 @@ import (
 	"lithos/runtime/generate/gentest"
 	"lithos/runtime/model"
 	"lithos/runtime/serve"
+	"lithos/runtime/serve/servetest"
 	"lithos/runtime/tokenizer"
 )
 
@@ -83,10 +84,12 @@ func qwen35Template(t *testing.T) string {
 	return string(data)
 }
 
-// TestSDKsScripted: the server code on a scripted model, so that tool calls come out exactly;
-// the SDKs must parse them, streamed and not, in all three APIs, and carry the round trip.
-func TestSDKsScripted(t *testing.T) {
-	node := nodeOrSkip(t)
+// scriptedServer is the server code (serve.New) on the scripted backend of
+// lithos/runtime/serve/servetest answering script, with the gentest tokenizer, the config of the
+// golden checkpoint qwen35-b and the Qwen3.5-style template; opt.Log nil discards the log. The
+// test's cleanup closes it.
+func scriptedServer(t *testing.T, script func(history string) string, opt serve.Options) *serve.Server {
+	t.Helper()
 	tok, err := tokenizer.Parse(gentest.TokenizerJSON())
 	if err != nil {
 		t.Fatal(err)
@@ -99,17 +102,46 @@ func TestSDKsScripted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	s, err := serve.New(serve.Model{
-		Target:    &scriptedTarget{cfg: cfg, tok: tok, script: weatherScript},
+		Target:    &servetest.Target{Cfg: cfg, Tok: tok, EOS: gentest.IMEnd, Script: script},
 		Tokenizer: tok, EOS: []int32{gentest.IMEnd},
 		Chat: &chat.Config{Templates: map[string]string{"default": qwen35Template(t)}, SpecialTokens: map[string]any{"eos_token": "<|im_end|>"}},
-	}, serve.Options{Names: []string{"tiny"}, Context: 4096, APIKey: "sdk-test-key", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestSDKsScripted: the server code on a scripted model, so that tool calls come out exactly;
+// the SDKs must parse them, streamed and not, in all three APIs, and carry the round trip.
+func TestSDKsScripted(t *testing.T) {
+	node := nodeOrSkip(t)
+	s := scriptedServer(t, weatherScript, serve.Options{Names: []string{"tiny"}, Context: 4096, APIKey: "sdk-test-key"})
 	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { ts.Close(); s.Close() })
+	t.Cleanup(ts.Close)
 	runCheck(t, node, ts.URL, "tiny", "scripted")
+}
+
+// weatherScript is the script check.mjs expects (SDKCHECK_MODE=scripted): a tool result in the
+// last user turn gets the final answer, a prompt offering tools gets the Qwen3.5 XML tool call,
+// anything else a greeting.
+func weatherScript(history string) string {
+	last := history
+	if i := strings.LastIndex(history, "<|im_start|>user\n"); i >= 0 {
+		last = history[i:]
+	}
+	switch {
+	case strings.Contains(last, "<tool_response>"):
+		return "It is sunny in Paris."
+	case strings.Contains(history, "<tools>"):
+		return "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+	}
+	return "Hello from lithos."
 }
 
 // TestSDKsServe builds lithos-run, packs a tiny random-weight bundle with the Qwen3.5-style
