@@ -1,0 +1,139 @@
+// harness.cu: times lithos's BLM matrix kernels (generated lithos_kernels.cu, included below)
+// on the GPU. Written by `go run ./tools/blmbench`; compiled and run by run.sh there.
+//
+//   harness CASES [VARIANT]   prints one line per case: GB/s, × the read floor measured first,
+//                             and an FNV-1a hash of the first copy's outputs (bit patterns), so
+//                             that variants that keep the summation order can be compared bit
+//                             for bit and others by their max relative difference (dumped with
+//                             DUMP=dir).
+// Each case: enough copies of the matrix (random bytes masked with 0xBF: no E4M3 NaN, bf16 of
+// magnitude < 4) to make ≥ 1 GB, launched back to back in one CUDA graph, median of 7 replays.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cstdint>
+#include <vector>
+#include <string>
+#include <algorithm>
+#include <cuda_runtime.h>
+
+// In a namespace: the generated source defines helpers (umin, umax, ...) that CUDA's own
+// headers, included by nvcc but not by NVRTC, also declare.
+namespace lk {
+#include "lithos_kernels.cu"
+}
+
+struct KernelEntry { const char* name; const void* fn; };
+static const KernelEntry kernel_table[] = {
+#include "kernel_table.inc"
+};
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+__global__ void fill_bytes(unsigned* p, size_t n, unsigned seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed * 0x9E3779B9u;
+        h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+        p[i] = h & 0xBFBFBFBFu;
+    }
+}
+__global__ void fill_f32(float* p, size_t n, float v) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
+}
+__global__ void read_sum(const uint4* p, size_t n, unsigned* out) {
+    unsigned acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = __ldcs(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) out[0] = acc;
+}
+
+static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
+
+int main(int argc, char** argv) {
+    if (argc < 2) { fprintf(stderr, "usage: harness CASES [VARIANT]\n"); return 2; }
+    const char* variant = argc > 2 ? argv[2] : "base";
+    cudaDeviceProp prop; CK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t s; CK(cudaStreamCreate(&s));
+    cudaEvent_t ev[8]; for (auto& e : ev) CK(cudaEventCreate(&e));
+    // Read floor: 4 GiB streamed, median of 7.
+    double floor_gbs;
+    {
+        size_t bytes = (size_t)4 << 30; uint4* p; unsigned* o;
+        CK(cudaMalloc(&p, bytes)); CK(cudaMalloc(&o, 4));
+        fill_bytes<<<prop.multiProcessorCount * 8, 512, 0, s>>>((unsigned*)p, bytes / 4, 1);
+        read_sum<<<prop.multiProcessorCount * 8, 512, 0, s>>>(p, bytes / 16, o);
+        std::vector<float> t;
+        for (int r = 0; r < 7; r++) {
+            CK(cudaEventRecord(ev[0], s));
+            read_sum<<<prop.multiProcessorCount * 8, 512, 0, s>>>(p, bytes / 16, o);
+            CK(cudaEventRecord(ev[1], s)); CK(cudaEventSynchronize(ev[1]));
+            float ms; CK(cudaEventElapsedTime(&ms, ev[0], ev[1])); t.push_back(ms);
+        }
+        floor_gbs = bytes / (median(t) * 1e-3) / 1e9;
+        CK(cudaFree(p)); CK(cudaFree(o));
+    }
+    printf("variant %s device %s floor %.0f GB/s\n", variant, prop.name, floor_gbs);
+    FILE* f = fopen(argv[1], "r");
+    if (!f) { perror(argv[1]); return 1; }
+    char line[4096];
+    const char* dump = getenv("DUMP");
+    while (fgets(line, sizeof line, f)) {
+        char name[128], kname[128], mark[8];
+        int rows, parts, wb; unsigned gridx; long long wbytes, trows, nx, ny;
+        int off = 0;
+        if (sscanf(line, "%127s %127s %d %d %d %7s %u %lld %lld %lld %lld%n", name, kname, &rows, &parts, &wb, mark, &gridx, &wbytes, &trows, &nx, &ny, &off) != 11) continue;
+        std::vector<unsigned> rec; { char* q = line + off; char* e; for (;;) { unsigned long v = strtoul(q, &e, 10); if (e == q) break; rec.push_back((unsigned)v); q = e; } }
+        while (rec.size() % 4) rec.push_back(0);
+        const void* fn = nullptr;
+        for (auto& k : kernel_table) if (!strcmp(k.name, kname)) fn = k.fn;
+        if (!fn) { fprintf(stderr, "no kernel %s\n", kname); return 1; }
+        cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, fn));
+        const long long per = wbytes + 4 * trows;
+        const int copies = (int)((1000000000LL + per - 1) / per);
+        std::vector<unsigned char*> W(copies); std::vector<float*> S(copies);
+        for (int c = 0; c < copies; c++) {
+            CK(cudaMalloc(&W[c], wbytes)); CK(cudaMalloc(&S[c], 4 * trows));
+            fill_bytes<<<prop.multiProcessorCount * 4, 512, 0, s>>>((unsigned*)W[c], wbytes / 4, c + 1);
+            fill_f32<<<prop.multiProcessorCount, 256, 0, s>>>(S[c], trows, 0.0078125f);
+        }
+        float *x, *y; unsigned *ctl, *prm;
+        CK(cudaMalloc(&x, 4 * nx)); CK(cudaMalloc(&y, 4 * ny)); CK(cudaMalloc(&ctl, 256)); CK(cudaMalloc(&prm, 4 * rec.size()));
+        CK(cudaMemsetAsync(ctl, 0, 256, s));
+        CK(cudaMemcpyAsync(prm, rec.data(), 4 * rec.size(), cudaMemcpyHostToDevice, s));
+        { std::vector<float> hx(nx); unsigned r = 9; for (auto& v : hx) { r = r * 1664525u + 1013904223u; v = (1.0f + (r >> 8) / 16777216.0f) * ((r & 1) ? -1.f : 1.f); }
+          CK(cudaMemcpyAsync(x, hx.data(), 4 * nx, cudaMemcpyHostToDevice, s)); CK(cudaStreamSynchronize(s)); }
+        // One launch of copy 0 for the output hash.
+        auto launch = [&](int c) {
+            void* a[6]; const void* pc = ctl; const void* pp = prm; const void* pw = W[c]; const void* ps = S[c]; const void* px = x; void* py = y;
+            a[0] = &pc; a[1] = &pp; a[2] = &pw; a[3] = &ps; a[4] = &px; a[5] = &py;
+            CK(cudaLaunchKernel(fn, dim3(gridx), dim3(128), a, 0, s));
+        };
+        CK(cudaMemsetAsync(y, 0xFF, 4 * ny, s));
+        launch(0);
+        CK(cudaStreamSynchronize(s));
+        std::vector<float> hy(ny); CK(cudaMemcpy(hy.data(), y, 4 * ny, cudaMemcpyDeviceToHost));
+        unsigned long long h = 1469598103934665603ULL;
+        for (float v : hy) { unsigned u; memcpy(&u, &v, 4); for (int i = 0; i < 4; i++) { h ^= (u >> (8 * i)) & 255u; h *= 1099511628211ULL; } }
+        if (dump) { char p[512]; snprintf(p, sizeof p, "%s/%s-%s-r%d-p%dw%d.f32", dump, variant, name, rows, parts, wb); FILE* o = fopen(p, "wb"); if (o) { fwrite(hy.data(), 4, ny, o); fclose(o); } }
+        cudaGraph_t g; cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        for (int c = 0; c < copies; c++) launch(c);
+        CK(cudaStreamEndCapture(s, &g)); CK(cudaGraphInstantiate(&ge, g, 0));
+        CK(cudaGraphLaunch(ge, s));
+        std::vector<float> t;
+        for (int r = 0; r < 7; r++) {
+            CK(cudaEventRecord(ev[0], s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(ev[1], s)); CK(cudaEventSynchronize(ev[1]));
+            float ms; CK(cudaEventElapsedTime(&ms, ev[0], ev[1])); t.push_back(ms);
+        }
+        const double ms = median(t), gbs = copies * (double)per / (ms * 1e-3) / 1e9;
+        printf("%-8s %-14s rows %d parts %d wb %d%s grid %6u regs %3d: %3d x %6.1f MB %8.1f us/matrix %6.0f GB/s = %.3f x floor  y#%016llx\n",
+               variant, name, rows, parts, wb, mark[0] == 'd' ? "d" : " ", gridx, fa.numRegs, copies, per / 1e6, ms * 1e3 / copies, gbs, gbs / floor_gbs, h);
+        fflush(stdout);
+        CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
+        for (int c = 0; c < copies; c++) { CK(cudaFree(W[c])); CK(cudaFree(S[c])); }
+        CK(cudaFree(x)); CK(cudaFree(y)); CK(cudaFree(ctl)); CK(cudaFree(prm));
+    }
+    return 0;
+}

@@ -1,0 +1,140 @@
+// Command blmbench writes a standalone CUDA benchmark of lithos's BLM matrix kernels
+// (kernels/ops/blm.kern) at the 27B's shapes: the generated kernel source, the harness
+// (harness.cu, embedded here) and cases.txt, one line per (shape, rows, work split) with the
+// kernel's parameter record as kernels.NewBLMParams builds it. run.sh compiles the harness with
+// nvcc for each source variant (a variant is the generated source with a patch applied, for
+// experiments that cannot be expressed through the record) and runs it on the GPU, so several
+// kernel variants are timed in one device call against the read bandwidth measured by the same
+// binary. docs/performance.md §3 reports its numbers.
+//
+//	go run ./tools/blmbench -o DIR
+package main
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"lithos/formats"
+	"lithos/kernels"
+	"lithos/pack/blm"
+)
+
+//go:embed harness.cu
+var harness string
+
+//go:embed run.sh
+var runScript string
+
+type shape struct {
+	name string
+	f    formats.Format
+	n, k int64
+	epi  uint32
+}
+
+// shapes are the 27B's matrices (docs/blm.md §9), as BenchmarkBLMShapes times them.
+var shapes = []shape{
+	{"nvfp4-gate_up", formats.NVFP4, 34816, 5120, kernels.EpiSwiGLU},
+	{"nvfp4-down", formats.NVFP4, 5120, 17408, kernels.EpiStore},
+	{"nvfp4-lm_head", formats.NVFP4, 248320, 5120, kernels.EpiStore},
+	{"fp8-qkv", formats.FP8, 10240, 5120, kernels.EpiStore},
+	{"fp8-z", formats.FP8, 6144, 5120, kernels.EpiStore},
+	{"fp8-out", formats.FP8, 5120, 6144, kernels.EpiStore},
+	{"bf16-qkv", formats.BF16, 10240, 5120, kernels.EpiStore},
+	{"bf16-out", formats.BF16, 5120, 6144, kernels.EpiStore},
+}
+
+func main() {
+	out := flag.String("o", "blmbench", "output directory")
+	splits := flag.Bool("splits", false, "at 8 rows, also every other work split")
+	flag.Parse()
+	if err := write(*out, *splits); err != nil {
+		fmt.Fprintln(os.Stderr, "blmbench:", err)
+		os.Exit(1)
+	}
+}
+
+func write(dir string, allSplits bool) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var cases strings.Builder
+	names := map[string]bool{}
+	for _, sh := range shapes {
+		g, err := blm.NewGeometry(blm.Spec{Format: sh.f, N: sh.n, K: sh.k})
+		if err != nil {
+			return fmt.Errorf("shape %s: %w", sh.name, err)
+		}
+		for _, rows := range []int{1, 8} {
+			p0, err := kernels.NewBLMParams(g, rows, sh.epi)
+			if err != nil {
+				return fmt.Errorf("shape %s: %w", sh.name, err)
+			}
+			kname, err := kernels.BLMKernel(g.Format, rows)
+			if err != nil {
+				return err
+			}
+			names[kname] = true
+			splits := [][2]uint32{{p0.Parts, p0.WarpBlocks}}
+			if rows == 8 && allSplits {
+				for _, sp := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}} {
+					if sp != splits[0] {
+						splits = append(splits, sp)
+					}
+				}
+			}
+			for i, sp := range splits {
+				p := p0
+				p.Parts, p.WarpBlocks = sp[0], sp[1]
+				mark := ""
+				if i == 0 {
+					mark = "d"
+				}
+				ny := int64(p.LdY)
+				// name kernel rows parts wb mark grid weight_bytes table_rows x_floats y_floats record...
+				fmt.Fprintf(&cases, "%s %s %d %d %d %s %d %d %d %d %d", sh.name, kname, rows, p.Parts, p.WarpBlocks, orDash(mark),
+					p.Grid()[0], g.TotalBytes, g.Blocks*int64(g.Rows), int64(rows)*g.K, int64(rows)*ny)
+				rec := kernels.Record(p)
+				for i := 0; i+4 <= len(rec); i += 4 {
+					fmt.Fprintf(&cases, " %d", binary.LittleEndian.Uint32(rec[i:]))
+				}
+				cases.WriteByte('\n')
+			}
+		}
+	}
+	var table strings.Builder
+	for _, k := range kernels.Kernels() {
+		if names[k.Name] {
+			fmt.Fprintf(&table, "    {\"%s\", (const void*)lk::%s},\n", k.Name, k.Name)
+		}
+	}
+	files := map[string]string{
+		"lithos_kernels.cu": kernels.Source(kernels.CUDA),
+		"kernel_table.inc":  table.String(),
+		"cases.txt":         cases.String(),
+		"harness.cu":        harness,
+		"run.sh":            runScript,
+	}
+	for name, body := range files {
+		mode := os.FileMode(0o644)
+		if strings.HasSuffix(name, ".sh") {
+			mode = 0o755
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

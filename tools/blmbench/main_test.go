@@ -1,0 +1,65 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"lithos/kernels"
+)
+
+// TestWrite: every case line names a kernel of the table, carries the record NewBLMParams
+// built (16 words: the BLMParams fields, padded), and its grid is the record's Grid().
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	if err := write(dir, true); err != nil {
+		t.Fatal(err)
+	}
+	table, err := os.ReadFile(filepath.Join(dir, "kernel_table.inc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := os.ReadFile(filepath.Join(dir, "cases.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(cases)), "\n")
+	if want := len(shapes) * (1 + 5); len(lines) != want {
+		t.Fatalf("%d cases, want %d (each shape: 1 row, 8 rows × 5 splits)", len(lines), want)
+	}
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 11+16 {
+			t.Fatalf("case %q: %d fields, want 27", l, len(f))
+		}
+		if !strings.Contains(string(table), "lk::"+f[1]+"}") {
+			t.Fatalf("case %q: kernel %s not in the table", l, f[1])
+		}
+		if _, ok := kernels.Lookup(f[1]); !ok {
+			t.Fatalf("case %q: no kernel %s", l, f[1])
+		}
+		w := func(i int) uint32 {
+			v, err := strconv.ParseUint(f[11+i], 10, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return uint32(v)
+		}
+		p := kernels.BLMParams{Blocks: w(10), Parts: w(14), WarpBlocks: w(15)}
+		if got := strconv.Itoa(int(p.Grid()[0])); got != f[6] {
+			t.Fatalf("case %q: grid %s, the record's Grid() is %s", l, f[6], got)
+		}
+		if f[3] != strconv.Itoa(int(p.Parts)) || f[4] != strconv.Itoa(int(p.WarpBlocks)) || f[2] != strconv.Itoa(int(w(1))) {
+			t.Fatalf("case %q: parts/blocks/rows columns disagree with the record", l)
+		}
+	}
+	src, err := os.ReadFile(filepath.Join(dir, "lithos_kernels.cu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(src) != kernels.Source(kernels.CUDA) {
+		t.Fatal("lithos_kernels.cu is not kernels.Source(kernels.CUDA)")
+	}
+}
