@@ -301,6 +301,7 @@ func TestFiberStepAccept(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p, ss := stepWords(t, tmax)
 			p.Mode, p.RingCap, p.EOSCount = StepAccept, ringCap, uint32(len(eos))
+			p.Capacity, p.Block = 64, tmax-1 // an accept verifies 1 … 1 + Block rows (GuardStepRows)
 			ss.Step, ss.Position, ss.Rows, ss.Anchor = 3, 10, uint32(1+len(c.drafts)), 4
 			ss.Pending[0] = 4
 			copy(ss.Pending[1:], c.drafts)

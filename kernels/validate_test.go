@@ -1,0 +1,374 @@
+package kernels
+
+import (
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"lithos/formats"
+	"lithos/pack/blm"
+	"lithos/runtime/backend"
+)
+
+// validator is every parameter record type (Validate, validate.go).
+type validator interface{ Validate() error }
+
+// TestEveryRecordHasValidate: each kernel's record type has Validate, and its zero value (Rows
+// 0, sizes 0, or a control record without its words) fails it.
+func TestEveryRecordHasValidate(t *testing.T) {
+	for _, k := range Kernels() {
+		v, ok := k.Params.(validator)
+		if !ok {
+			t.Errorf("%s: record %T has no Validate method", k.Name, k.Params)
+			continue
+		}
+		if err := v.Validate(); err == nil {
+			t.Errorf("%s: the zero %T passes Validate", k.Name, k.Params)
+		}
+	}
+}
+
+// shape27 is a model of the 27B's size (hidden 5120, intermediate 17408, vocabulary 248320; 24
+// query and 4 KV heads of 256, rotary 64; GDN 16 key and 48 value heads of 128, conv kernel 4)
+// and the drafter's (32/8 heads of 128, block 7, Markov rank 256): the sizes at which the
+// 32-bit offsets and grid limits matter.
+const (
+	s27V, s27H, s27I           = 248320, 5120, 17408
+	s27Heads, s27KV, s27HD     = 24, 4, 256
+	s27Rot                     = 64
+	s27KH, s27VH, s27KD, s27VD = 16, 48, 128, 128
+	s27Conv                    = 4
+	s27Cap                     = 262144
+	s27Part                    = 64
+	s27B, s27DHeads, s27DKV    = 7, 32, 8
+	s27DHD, s27Rank            = 128, 256
+)
+
+// backendRecords returns the records runtime/backend/cuda's program builder (program.go:
+// layers, buildProgram, buildRound, emitDraft, emitAppend) makes for the 27B-sized model at
+// n rows with the step-state words of a TMax = 1 + block state.
+func backendRecords(t *testing.T, n int) []validator {
+	t.Helper()
+	sw, ss := stepWords(t, 1+s27B)
+	nwords := uint32(ss.Size() / 4)
+	done, rowsWord, nw := sw.WDone, sw.WRows, uint32(NoWord)
+	cd := uint32(2*s27KH*s27KD + s27VH*s27VD)
+	vd, qd, kvd := uint32(s27VH*s27VD), uint32(s27Heads*s27HD), uint32(s27KV*s27HD)
+	nz, nq := vd+cd, 2*qd+2*kvd
+	parts := uint32((s27Cap + s27Part - 1) / s27Part)
+	N := uint32(n)
+	mm := func(f formats.Format, rows, k int, epi uint32) validator {
+		g, err := blm.NewGeometry(blm.Spec{Format: f, N: int64(rows), K: int64(k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewBLMParams(g, n, epi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.DoneWord, p.RowsWord = done, rowsWord
+		return p
+	}
+	am := NewArgmaxParams(n, s27V)
+	am.DoneWord, am.RowsWord = done, rowsWord
+	sp, err := NewSampleParams(n, s27V, 0.7, 20, 0.95, sw.WPending+1+s27B, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.DoneWord, sp.RowsWord, sp.PosWord, sp.PosAdd = done, rowsWord, sw.WPosition, 1
+	step := sw
+	step.Capacity, step.RingCap, step.EOSCount = s27Cap, 4096, 2
+	recs := []validator{
+		GatherParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Width: s27H, Vocab: s27V, IdsOff: sw.WPending, DType: 1, LdY: s27H},
+		RMSNormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: 1, N: s27H, LdX: s27H, LdZ: s27H, LdY: s27H, Eps: 1e-6},
+		mm(formats.FP8, int(nz), s27H, EpiStore), mm(formats.FP8, 2*s27VH, s27H, EpiStore), mm(formats.FP8, s27H, int(vd), EpiAdd),
+		ConvParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Channels: cd, KernelSize: s27Conv, SlotWord: sw.WStep, WriteOut: 1, LdX: nz, LdY: cd},
+		L2NormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: s27KH, D: s27KD, Ld: cd, Eps: 1e-6, Post: 1},
+		GDNGatesParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Heads: s27VH, LdA: 2 * s27VH, LdB: 2 * s27VH, LdOut: s27VH},
+		GDNParams{DoneWord: done, Rows: N, RowsWord: rowsWord, KHeads: s27KH, VHeads: s27VH, KDim: s27KD, VDim: s27VD, SlotWord: sw.WStep,
+			WriteOut: 1, LdQK: cd, LdV: cd, LdGate: s27VH, LdOut: vd},
+		// The commit replay: no done word, rows from the commit-rows word, the other slot.
+		GDNParams{DoneWord: nw, Rows: N, RowsWord: nwords, KHeads: s27KH, VHeads: s27VH, KDim: s27KD, VDim: s27VD, SlotWord: sw.WStep,
+			SlotXor: 1, LdQK: cd, LdV: cd, LdGate: s27VH, LdOut: vd},
+		RMSNormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: s27VH, N: s27VD, LdX: vd, LdZ: nz, LdY: vd, Mode: RMSGated, Eps: 1e-6},
+		mm(formats.FP8, int(nq), s27H, EpiStore), mm(formats.FP8, s27H, int(qd), EpiAdd),
+		RMSNormParams{DoneWord: done, Rows: s27Heads, RowsWord: nw, Groups: 1, N: s27HD, LdX: 2 * s27HD, LdZ: 2 * s27HD, LdY: s27HD, Eps: 1e-6},
+		RMSNormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: s27KV, N: s27HD, LdX: nq, LdZ: nq, LdY: kvd, Eps: 1e-6},
+		RopeParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27Heads, HeadDim: s27HD, RotDim: s27Rot, Ld: qd},
+		RopeParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27KV, HeadDim: s27HD, RotDim: s27Rot, Ld: kvd},
+		KVAppendParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Width: kvd, LdK: kvd, LdV: nq, LdC: kvd},
+		AttnParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27Heads, KVHeads: s27KV, HeadDim: s27HD,
+			LdQ: qd, LdO: qd, LdKV: kvd, Part: s27Part, Parts: parts, Scale: 1.0 / 16},
+		EwiseParams{DoneWord: done, Rows: s27Heads, RowsWord: nw, N: s27HD, LdA: s27HD, LdB: 2 * s27HD, LdY: s27HD, Mode: EwSigGate},
+		mm(formats.NVFP4, 2*s27I, s27H, EpiSwiGLU), mm(formats.NVFP4, s27H, s27I, EpiAdd), mm(formats.NVFP4, s27V, s27H, EpiStore),
+		am, sp, step,
+		CopyParams{DoneWord: done, Rows: N, RowsWord: rowsWord, N: s27H, LdX: s27H, LdY: 3 * s27H},
+		// The drafter (emitDraft, emitAppend): its context cache holds Capacity + B rows.
+		RopeScaledParams{DoneWord: done, Rows: s27B, RowsWord: nw, PosWord: sw.WPosition, Heads: s27DHeads, HeadDim: s27DHD, RotDim: s27DHD,
+			Ld: s27DHeads * s27DHD, Scale: 1},
+		KVAppendParams{DoneWord: done, Rows: s27B, RowsWord: nw, PosWord: sw.WPosition, Width: s27DKV * s27DHD, LdK: s27DKV * s27DHD,
+			LdV: (s27DHeads + 2*s27DKV) * s27DHD, LdC: s27DKV * s27DHD},
+		AttnParams{DoneWord: done, Rows: 1, RowsWord: nw, PosWord: nwords + 1, Heads: s27DHeads, KVHeads: s27DKV, HeadDim: s27DHD,
+			LdQ: s27DHeads * s27DHD, LdO: s27DHeads * s27DHD, LdKV: s27DKV * s27DHD, Part: s27Part, Parts: (s27Cap + s27B + s27Part - 1) / s27Part,
+			Scale: float32(1 / math.Sqrt(s27DHD))},
+		GatherParams{DoneWord: done, Rows: 1, RowsWord: nw, Width: s27Rank, Vocab: s27V, IdsOff: sw.WPending + 3, DType: 1, LdY: s27Rank},
+		EwiseParams{DoneWord: done, Rows: s27B, RowsWord: nw, N: s27I, LdA: 2 * s27I, LdB: 2 * s27I, LdY: s27I, Mode: EwSwiGLU},
+	}
+	for mode := uint32(RoundBegin); mode <= RoundEnd; mode++ {
+		r := RoundParams{DoneWord: nw, Mode: mode, Capacity: s27Cap, Block: s27B, RingCap: 4096, EOSCount: 2, WStep: sw.WStep,
+			WPosition: sw.WPosition, WRows: sw.WRows, WPending: sw.WPending, WAnchor: sw.WAnchor, WAccepted: sw.WAccepted,
+			WCommitted: sw.WCommitted, WDone: sw.WDone, WError: sw.WError, WRingHead: sw.WRingHead, WRingTail: sw.WRingTail,
+			WStopAt: sw.WStopAt, WDraftLen: sw.WStopAt + 1, WDraftContext: sw.WStopAt + 2, WCommitRows: nwords, WBlockLast: nwords + 1,
+			WIsRound: nwords + 2, WCount: nw, HasConf: 1, ConfStop: 0.5, ConfBias: -1}
+		if mode == RoundEnd {
+			r.WCount = r.WCommitRows
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// TestValidateBackendRecords: the records the CUDA program builder makes at the 27B's size pass,
+// for 1 and 8 rows.
+func TestValidateBackendRecords(t *testing.T) {
+	for _, n := range []int{1, 8} {
+		for i, r := range backendRecords(t, n) {
+			if err := r.Validate(); err != nil {
+				t.Errorf("%d rows: record %d (%T): %v", n, i, r, err)
+			}
+		}
+	}
+}
+
+// mut returns a copy of base changed by f.
+func mut[T any](base T, f func(*T)) T {
+	f(&base)
+	return base
+}
+
+// TestValidateRules: each rule has a record that breaks only it; the error names the record
+// type and the field ("RMSNormParams.N") and the base records pass.
+func TestValidateRules(t *testing.T) {
+	sw, _ := stepWords(t, 8)
+	sw.Capacity, sw.RingCap, sw.Block = 64, 4, 7
+	rms := RMSNormParams{DoneWord: 40, Rows: 4, RowsWord: NoWord, Groups: 2, N: 64, LdX: 128, LdZ: 128, LdY: 128, Mode: RMSGated, Eps: 1e-6}
+	ew := EwiseParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, N: 100, LdA: 100, LdB: 200, LdY: 100, Mode: EwAdd}
+	rope := RopeParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, PosWord: 1, Heads: 4, HeadDim: 64, RotDim: 32, Ld: 256}
+	g, err := blm.NewGeometry(blm.Spec{Format: formats.NVFP4, N: 4096, K: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl, err := NewBLMParams(g, 4, EpiSwiGLU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	am := NewArgmaxParams(2, 10000)
+	gdn := GDNParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, KHeads: 2, VHeads: 4, KDim: 16, VDim: 32, WriteOut: 1,
+		LdQK: 192, LdV: 192, LdGate: 4, LdOut: 128}
+	conv := ConvParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Channels: 300, KernelSize: 4, WriteOut: 1, LdX: 300, LdY: 300}
+	at := AttnParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Heads: 4, KVHeads: 2, HeadDim: 48,
+		LdQ: 192, LdO: 192, LdKV: 96, Part: 32, Parts: 3, Scale: 0.1}
+	kv := KVAppendParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Width: 96, LdK: 96, LdV: 96, LdC: 96}
+	ga := GatherParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Width: 70, Vocab: 50, DType: 1, LdY: 70}
+	gg := GDNGatesParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Heads: 8, LdA: 16, LdB: 16, LdOut: 8}
+	l2 := L2NormParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Groups: 3, D: 40, Ld: 120, Eps: 1e-6, Post: 1}
+	smp, err := NewSampleParams(2, 1000, 0.8, 0, 1, 20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rnd := RoundParams{DoneWord: NoWord, Mode: RoundAccept, Capacity: 64, Block: 3, RingCap: 4, WStep: 0, WPosition: 1, WRows: 2, WPending: 3,
+		WAnchor: 10, WAccepted: 11, WCommitted: 12, WDone: 13, WError: 14, WRingHead: 15, WRingTail: 16, WStopAt: 17, WDraftLen: 18,
+		WDraftContext: 19, WCommitRows: 20, WBlockLast: 21, WIsRound: 22, WCount: NoWord}
+	cp := CopyParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, N: 10, LdX: 10, LdY: 30}
+
+	cases := []struct {
+		name string
+		rec  validator
+		want string // "" for a record that passes
+	}{
+		{"rmsnorm ok", rms, ""},
+		{"rmsnorm rows 0", mut(rms, func(p *RMSNormParams) { p.Rows = 0 }), "RMSNormParams.Rows: is 0"},
+		{"rmsnorm n 0", mut(rms, func(p *RMSNormParams) { p.N = 0 }), "RMSNormParams.N: is 0"},
+		{"rmsnorm groups 0", mut(rms, func(p *RMSNormParams) { p.Groups = 0 }), "RMSNormParams.Groups: is 0"},
+		{"rmsnorm mode", mut(rms, func(p *RMSNormParams) { p.Mode = 3 }), "RMSNormParams.Mode: is 3"},
+		{"rmsnorm y rows overlap", mut(rms, func(p *RMSNormParams) { p.LdY = 64 }), "RMSNormParams.LdY: is 64 < Groups·N = 128"},
+		{"rmsnorm x offsets wrap", mut(rms, func(p *RMSNormParams) { p.LdX = 1 << 31 }), "RMSNormParams.LdX: (Rows−1)·LdX + Groups·N = 6442451072"},
+		{"rmsnorm z offsets wrap when gated", mut(rms, func(p *RMSNormParams) { p.LdZ = 1 << 31 }), "RMSNormParams.LdZ"},
+		{"rmsnorm z unused when plain", mut(rms, func(p *RMSNormParams) { p.LdZ, p.Mode = 1<<31, RMSPlain }), ""},
+		{"rmsnorm done word leaves no error word", mut(rms, func(p *RMSNormParams) { p.DoneWord = NoWord - 1 }), "RMSNormParams.DoneWord"},
+		{"rmsnorm rows past grid y", mut(rms, func(p *RMSNormParams) { p.Rows, p.LdX, p.LdY, p.LdZ = 70000, 128, 128, 128 }), "RMSNormParams.Rows: gives a grid y dimension of 70000"},
+
+		{"ewise ok", ew, ""},
+		{"ewise n 0", mut(ew, func(p *EwiseParams) { p.N = 0 }), "EwiseParams.N: is 0"},
+		{"ewise mode", mut(ew, func(p *EwiseParams) { p.Mode = 7 }), "EwiseParams.Mode"},
+		{"ewise b wraps", mut(ew, func(p *EwiseParams) { p.LdB = 1<<31 + 1 }), "EwiseParams.LdB"},
+		{"ewise y overlap", mut(ew, func(p *EwiseParams) { p.LdY = 50 }), "EwiseParams.LdY: is 50 < N = 100"},
+		{"ewise broadcast input (LdA 0) is fine", mut(ew, func(p *EwiseParams) { p.LdA = 0 }), ""},
+
+		{"rope ok", rope, ""},
+		{"rope heads 0", mut(rope, func(p *RopeParams) { p.Heads = 0 }), "RopeParams.Heads: is 0"},
+		{"rope odd rot", mut(rope, func(p *RopeParams) { p.RotDim = 31 }), "RopeParams.RotDim: is 31"},
+		{"rope rot past head", mut(rope, func(p *RopeParams) { p.RotDim = 66 }), "RopeParams.RotDim: is 66 with HeadDim 64"},
+		{"rope rot 0", mut(rope, func(p *RopeParams) { p.RotDim = 0 }), "RopeParams.RotDim"},
+		{"rope rows overlap (in place)", mut(rope, func(p *RopeParams) { p.Ld = 128 }), "RopeParams.Ld: is 128 < Heads·HeadDim = 256"},
+		{"rope scaled ok", RopeScaledParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Heads: 4, HeadDim: 64, RotDim: 64, Ld: 256, Scale: 1}, ""},
+		{"rope scaled rot past head", RopeScaledParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Heads: 4, HeadDim: 64, RotDim: 128, Ld: 256, Scale: 1}, "RopeScaledParams.RotDim"},
+
+		{"blm ok", bl, ""},
+		{"blm rows 9", mut(bl, func(p *BLMParams) { p.Rows = 9 }), "BLMParams.Rows: is 9, want 1 to 8"},
+		{"blm rows 0", mut(bl, func(p *BLMParams) { p.Rows = 0 }), "BLMParams.Rows: is 0"},
+		{"blm lanes", mut(bl, func(p *BLMParams) { p.Lanes = 3 }), "BLMParams.Lanes: is 3"},
+		{"blm stripe short", mut(bl, func(p *BLMParams) { p.Stripe = 1 }), "BLMParams.Stripe"},
+		{"blm payload past unit", mut(bl, func(p *BLMParams) { p.Payload = 16*p.UnitWords + 1 }), "BLMParams.Payload"},
+		{"blm blocks", mut(bl, func(p *BLMParams) { p.Blocks++ }), "BLMParams.Blocks: is 257, want ⌈N/16⌉ = 256"},
+		{"blm swiglu n", mut(bl, func(p *BLMParams) { p.N, p.Blocks = 4088, 256 }), "BLMParams.N: is 4088 with the SwiGLU epilogue"},
+		{"blm epilogue", mut(bl, func(p *BLMParams) { p.Epilogue = 3 }), "BLMParams.Epilogue"},
+		{"blm parts 3", mut(bl, func(p *BLMParams) { p.Parts = 3 }), "BLMParams.Parts: is 3"},
+		{"blm parts 8", mut(bl, func(p *BLMParams) { p.Parts = 8 }), "BLMParams.Parts: is 8"},
+		{"blm parts 0", mut(bl, func(p *BLMParams) { p.Parts = 0 }), "BLMParams.Parts: is 0"},
+		{"blm warp blocks 3", mut(bl, func(p *BLMParams) { p.WarpBlocks = 3 }), "BLMParams.WarpBlocks: is 3"},
+		{"blm y overlap", mut(bl, func(p *BLMParams) { p.LdY = 1000 }), "BLMParams.LdY: is 1000 < the outputs per row = 2048"},
+		{"blm x wraps", mut(bl, func(p *BLMParams) { p.LdX = 1 << 31 }), "BLMParams.LdX"},
+		{"blm matrix ≥ 4 GiB", mut(bl, func(p *BLMParams) { p.Blocks, p.N, p.Epilogue, p.LdY = 1<<20, 1<<24, EpiStore, 1<<24 }), "BLMParams.Blocks: the matrix bytes"},
+
+		{"argmax ok", am, ""},
+		{"argmax n 0", mut(am, func(p *ArgmaxParams) { p.N = 0; p.Parts = 0 }), "ArgmaxParams.N: is 0"},
+		{"argmax chunk 0", mut(am, func(p *ArgmaxParams) { p.Chunk = 0 }), "ArgmaxParams.Chunk: is 0"},
+		{"argmax parts miss values", mut(am, func(p *ArgmaxParams) { p.Parts = 2 }), "ArgmaxParams.Parts: is 2, want ⌈N/Chunk⌉ = 3"},
+		{"argmax parts past n", mut(am, func(p *ArgmaxParams) { p.Parts = 4 }), "ArgmaxParams.Parts: is 4"},
+		{"argmax out wraps", mut(am, func(p *ArgmaxParams) { p.OutOff = NoWord }), "ArgmaxParams.OutOff"},
+		{"argmax x wraps", mut(am, func(p *ArgmaxParams) { p.Ld = 1 << 31; p.Rows = 3 }), "ArgmaxParams.Ld"},
+
+		{"gdn ok", gdn, ""},
+		{"gdn kdim 0", mut(gdn, func(p *GDNParams) { p.KDim = 0 }), "GDNParams.KDim: is 0"},
+		{"gdn kheads 0", mut(gdn, func(p *GDNParams) { p.KHeads = 0 }), "GDNParams.KHeads: is 0"},
+		{"gdn vheads not multiple", mut(gdn, func(p *GDNParams) { p.VHeads = 3 }), "GDNParams.VHeads: is 3 with 2 key heads"},
+		{"gdn kheads above vheads", mut(gdn, func(p *GDNParams) { p.KHeads = 8 }), "GDNParams.VHeads: is 4 with 8 key heads"},
+		{"gdn state wraps", mut(gdn, func(p *GDNParams) { p.KDim, p.VDim, p.LdOut, p.LdV = 1<<15, 1<<15, 4<<15, 4<<15 }), "GDNParams.VDim: the state"},
+		{"gdn out overlap", mut(gdn, func(p *GDNParams) { p.LdOut = 64 }), "GDNParams.LdOut: is 64 < VHeads·VDim = 128"},
+		{"gdn out unused without WriteOut", mut(gdn, func(p *GDNParams) { p.LdOut, p.WriteOut = 0, 0 }), ""},
+
+		{"conv ok", conv, ""},
+		{"conv kernel size 0", mut(conv, func(p *ConvParams) { p.KernelSize = 0 }), "ConvParams.KernelSize: is 0"},
+		{"conv kernel size 1 (no history)", mut(conv, func(p *ConvParams) { p.KernelSize = 1 }), ""},
+		{"conv channels 0", mut(conv, func(p *ConvParams) { p.Channels = 0 }), "ConvParams.Channels: is 0"},
+		{"conv state wraps", mut(conv, func(p *ConvParams) { p.KernelSize = 1 << 23 }), "ConvParams.KernelSize: the state"},
+		{"conv y overlap", mut(conv, func(p *ConvParams) { p.LdY = 299 }), "ConvParams.LdY: is 299"},
+
+		{"attn ok", at, ""},
+		{"attn part 129", mut(at, func(p *AttnParams) { p.Part = 129 }), "AttnParams.Part: is 129 keys, want 1 to 128"},
+		{"attn part 0", mut(at, func(p *AttnParams) { p.Part = 0 }), "AttnParams.Part: is 0 keys"},
+		{"attn parts do not cover a fixed position", mut(at, func(p *AttnParams) { p.Parts = 2 }), "AttnParams.Parts: Parts·Part = 64 keys < Pos + Rows = 73"},
+		{"attn dynamic position: the kernels' guard", mut(at, func(p *AttnParams) { p.Parts, p.PosWord = 2, 1 }), ""},
+		{"attn heads not multiple", mut(at, func(p *AttnParams) { p.Heads = 5; p.LdQ, p.LdO = 240, 240 }), "AttnParams.Heads: is 5 with 2 KV heads"},
+		{"attn kvheads above heads", mut(at, func(p *AttnParams) { p.KVHeads = 8 }), "AttnParams.Heads: is 4 with 8 KV heads"},
+		{"attn headdim 0", mut(at, func(p *AttnParams) { p.HeadDim = 0 }), "AttnParams.HeadDim: is 0"},
+		{"attn parts past grid z", mut(at, func(p *AttnParams) { p.Parts = 70000 }), "AttnParams.Parts: gives a grid z dimension of 70000"},
+		{"attn cache wraps", mut(at, func(p *AttnParams) { p.Part, p.Parts, p.LdKV = 128, 60000, 1024 }), "AttnParams.LdKV"},
+		{"attn out overlap", mut(at, func(p *AttnParams) { p.LdO = 100 }), "AttnParams.LdO: is 100"},
+
+		{"kv ok", kv, ""},
+		{"kv width 0", mut(kv, func(p *KVAppendParams) { p.Width = 0 }), "KVAppendParams.Width: is 0"},
+		{"kv cache rows overlap", mut(kv, func(p *KVAppendParams) { p.LdC = 48 }), "KVAppendParams.LdC: is 48 < Width = 96"},
+		{"kv fixed position wraps", mut(kv, func(p *KVAppendParams) { p.Pos = 1 << 26 }), "KVAppendParams.LdC: (Pos+Rows−1)·LdC + Width"},
+
+		{"gather ok", ga, ""},
+		{"gather dtype", mut(ga, func(p *GatherParams) { p.DType = 2 }), "GatherParams.DType: is 2"},
+		{"gather vocab 0", mut(ga, func(p *GatherParams) { p.Vocab = 0 }), "GatherParams.Vocab: is 0"},
+		// The 27B's embedding as f32: 248320·5120·4 bytes ≥ 4 GiB (the 4u·e of ops/gather.kern wraps).
+		{"gather f32 table ≥ 4 GiB", mut(ga, func(p *GatherParams) { p.Vocab, p.Width, p.LdY, p.DType = s27V, s27H, s27H, 0 }), "GatherParams.Vocab: the table bytes Vocab·Width·element size = 5085593600"},
+		{"gather bf16 table of the 27B", mut(ga, func(p *GatherParams) { p.Vocab, p.Width, p.LdY = s27V, s27H, s27H }), ""},
+		{"gather ids wrap", mut(ga, func(p *GatherParams) { p.IdsOff = NoWord }), "GatherParams.IdsOff"},
+		{"gather y overlap", mut(ga, func(p *GatherParams) { p.LdY = 10 }), "GatherParams.LdY: is 10"},
+
+		{"gates ok", gg, ""},
+		{"gates heads 0", mut(gg, func(p *GDNGatesParams) { p.Heads = 0 }), "GDNGatesParams.Heads: is 0"},
+		{"gates out overlap", mut(gg, func(p *GDNGatesParams) { p.LdOut = 4 }), "GDNGatesParams.LdOut: is 4"},
+
+		{"l2 ok", l2, ""},
+		{"l2 d 0", mut(l2, func(p *L2NormParams) { p.D = 0 }), "L2NormParams.D: is 0"},
+		{"l2 rows overlap", mut(l2, func(p *L2NormParams) { p.Ld = 100 }), "L2NormParams.Ld: is 100 < Groups·D = 120"},
+
+		{"step ok", sw, ""},
+		{"step done word", mut(sw, func(p *StepParams) { p.DoneWord = p.WDone }), "StepParams.DoneWord: is"},
+		{"step ring cap 0", mut(sw, func(p *StepParams) { p.RingCap = 0 }), "StepParams.RingCap: is 0"},
+		{"step capacity 0", mut(sw, func(p *StepParams) { p.Capacity = 0 }), "StepParams.Capacity: is 0"},
+		{"step mode", mut(sw, func(p *StepParams) { p.Mode = 3 }), "StepParams.Mode: is 3"},
+		{"step word NoWord", mut(sw, func(p *StepParams) { p.WError = NoWord }), "StepParams.WError: is NoWord"},
+		{"step words shared", mut(sw, func(p *StepParams) { p.WError = p.WDone }), "StepParams.WError: is word"},
+		{"step word inside Pending", mut(sw, func(p *StepParams) { p.WAnchor = p.WPending + 3 }), "StepParams.WAnchor: is word"},
+		{"step block past Pending words", mut(sw, func(p *StepParams) { p.Block = 20 }), "inside the Pending words"},
+		{"step capacity + block wraps", mut(sw, func(p *StepParams) { p.Capacity = NoWord - 3 }), "StepParams.Block: Capacity + Block + 1"},
+
+		{"sample ok", smp, ""},
+		{"sample n 2^24", mut(smp, func(p *SampleParams) { p.N, p.Ld = 1<<24, 1<<24 }), "SampleParams.N"},
+		{"sample seed word", mut(smp, func(p *SampleParams) { p.SeedWord = NoWord }), "SampleParams.SeedWord"},
+		{"sample temperature 0", mut(smp, func(p *SampleParams) { p.Temp = 0 }), "SampleParams.Temp"},
+		{"sample float64 temperature NaN", mut(smp, func(p *SampleParams) { p.TempLo, p.TempHi = 1, 0x7FF80000 }), "SampleParams.Temp"},
+		{"sample top-p 0", mut(smp, func(p *SampleParams) { p.TopP = 0 }), "SampleParams.TopP"},
+		{"sample out wraps", mut(smp, func(p *SampleParams) { p.OutOff = NoWord }), "SampleParams.OutOff"},
+
+		{"round ok", rnd, ""},
+		{"round block 0", mut(rnd, func(p *RoundParams) { p.Block = 0 }), "RoundParams.Block: is 0"},
+		{"round ring cap 0", mut(rnd, func(p *RoundParams) { p.RingCap = 0 }), "RoundParams.RingCap: is 0"},
+		{"round mode", mut(rnd, func(p *RoundParams) { p.Mode = 5 }), "RoundParams.Mode: is 5"},
+		{"round done word", mut(rnd, func(p *RoundParams) { p.DoneWord = 13 }), "RoundParams.DoneWord"},
+		{"round aux word NoWord", mut(rnd, func(p *RoundParams) { p.WIsRound = NoWord }), "RoundParams.WIsRound: is NoWord"},
+		{"round words shared", mut(rnd, func(p *RoundParams) { p.WBlockLast = p.WCommitRows }), "RoundParams.WBlockLast: is word 20, the same as WCommitRows"},
+		{"round end needs its count word", mut(rnd, func(p *RoundParams) { p.Mode = RoundEnd }), "RoundParams.WCount: is NoWord"},
+		{"round end counts the commit rows", mut(rnd, func(p *RoundParams) { p.Mode, p.WCount = RoundEnd, p.WCommitRows }), ""},
+		{"round conf stop NaN", mut(rnd, func(p *RoundParams) { p.ConfStop = float32(math.NaN()) }), "RoundParams.ConfStop"},
+
+		{"copy ok", cp, ""},
+		{"copy n 0", mut(cp, func(p *CopyParams) { p.N = 0 }), "CopyParams.N: is 0"},
+		{"copy y overlap", mut(cp, func(p *CopyParams) { p.LdY = 5 }), "CopyParams.LdY: is 5"},
+	}
+	for _, c := range cases {
+		err := c.rec.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && err == nil:
+			t.Errorf("%s: no error, want one containing %q", c.name, c.want)
+		case c.want != "" && !strings.Contains(err.Error(), c.want):
+			t.Errorf("%s: error %q, want one containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestGuardCodesMatchKernels: the GUARD_* codes of ops/common.kern are the Guard* constants,
+// distinct, and clear of runtime/backend's session codes.
+func TestGuardCodesMatchKernels(t *testing.T) {
+	want := map[string]int{"GUARD_STEP_ROWS": GuardStepRows, "GUARD_STEP_POSITION": GuardStepPosition,
+		"GUARD_ROUND_DRAFTS": GuardRoundDrafts, "GUARD_ROUND_POSITION": GuardRoundPosition,
+		"GUARD_ATTN_PARTIAL": GuardAttnPartial, "GUARD_ATTN_MERGE": GuardAttnMerge}
+	got := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^#define (GUARD_[A-Z_]+) (\d+)u$`).FindAllStringSubmatch(mustRead("ops/common.kern"), -1) {
+		v, _ := strconv.Atoi(m[2])
+		got[m[1]] = v
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ops/common.kern defines %v, want the %d codes %v", got, len(want), want)
+	}
+	seen := map[int]string{backend.ErrRingOverflow: "ErrRingOverflow", backend.ErrContextFull: "ErrContextFull", backend.ErrNone: "ErrNone"}
+	for n, v := range want {
+		if got[n] != v {
+			t.Errorf("%s = %d in ops/common.kern, %d in validate.go", n, got[n], v)
+		}
+		if o, ok := seen[v]; ok {
+			t.Errorf("%s = %d, the same as %s", n, v, o)
+		}
+		seen[v] = n
+	}
+}
+
+// TestErrorWordFollowsDone: the guards of the kernels with a done word write the Error word at
+// DoneWord + 1, which holds for runtime/backend.StepState's binary layout.
+func TestErrorWordFollowsDone(t *testing.T) {
+	p, _ := stepWords(t, 8)
+	if p.WError != p.WDone+1 {
+		t.Fatalf("StepState: Error is word %d, Done word %d: the guards write ctl[DoneWord + 1]", p.WError, p.WDone)
+	}
+}
