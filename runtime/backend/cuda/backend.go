@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"lithos/runtime/backend"
+	"lithos/runtime/backend/gpu"
 	"lithos/runtime/bundle"
 )
 
@@ -31,7 +32,8 @@ func Usable() error {
 // Load opens the GPU, loads the kernel module (compiled by NVRTC for the device, or read from
 // the disk cache), refuses a bundle whose weights do not fit the free memory (before any
 // allocation) or that the programs cannot run (naming the tensor), and uploads the weights.
-// The Target owns the device: its Close releases it.
+// It returns the device-neutral runtime's *gpu.Target over the GPU (gpu.Load over Runtime),
+// which owns the device: its Close releases it.
 func (b Backend) Load(ctx context.Context, bd *bundle.Bundle) (backend.Target, error) {
 	d, err := Open(b.Ordinal)
 	if err != nil {
@@ -46,19 +48,12 @@ func (b Backend) Load(ctx context.Context, bd *bundle.Bundle) (backend.Target, e
 		d.Close()
 		return nil, err
 	}
-	t, err := LoadTarget(ctx, d, ks, bd)
+	t, err := gpu.Load(ctx, Runtime(d, ks), bd)
 	if err != nil {
 		ks.Unload()
 		d.Close()
 		return nil, err
 	}
-	if _, err := t.plan(); err != nil {
-		t.Close()
-		ks.Unload()
-		d.Close()
-		return nil, fmt.Errorf("bundle %s: %w", bd.Dir, err)
-	}
-	t.owned = true
 	return t, nil
 }
 

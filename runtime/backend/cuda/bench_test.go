@@ -21,6 +21,7 @@ import (
 	"lithos/pack/blm"
 	"lithos/pack/packtest"
 	"lithos/runtime/backend"
+	"lithos/runtime/backend/gpu"
 	"lithos/runtime/bundle"
 )
 
@@ -82,6 +83,9 @@ func BenchmarkUploadStaged(b *testing.B) {
 	b.ReportMetric(st.GBps(), "GB/s")
 	b.Logf("upload %d bytes: %v, %.1f GB/s (pinning the staging buffers: %v)", st.Bytes, st.Wall, st.GBps(), st.Setup)
 }
+
+// Records is the runtime's arena of parameter records (the benchmarks upload their own).
+type Records = gpu.Records
 
 // blmChainMatrix is one matrix of a benchmark chain: random bytes in a BLM geometry.
 type blmChainMatrix struct {
@@ -282,18 +286,19 @@ func BenchmarkBundleDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bd.Close()
-	tg, err := LoadTarget(b.Context(), d, ks, bd)
+	tg, err := gpu.LoadTarget(b.Context(), Runtime(d, ks), bd)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer tg.Close()
 	var step int64
-	for _, m := range tg.mats {
+	for _, name := range tg.MatrixNames() {
+		m, _ := tg.Matrix(name)
 		step += m.Geometry.TotalBytes + 4*m.Geometry.Blocks*int64(m.Geometry.Rows)
 	}
 	b.Logf("bundle %s: %d layers, weights %.2f GB uploaded in %v (%.1f GB/s), %.2f GB of matrices per step; read floor %.0f GB/s",
 		dir, len(tg.Cfg.Layers), float64(tg.Upload.Bytes)/1e9, tg.Upload.Wall, tg.Upload.GBps(), float64(step)/1e9, floor.GBps())
-	s, err := tg.newSession(backend.SessionOptions{Capacity: 4096, Sampling: greedySampling}, true)
+	s, err := tg.NewDeviceSession(backend.SessionOptions{Capacity: 4096, Sampling: greedySampling}, true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -341,7 +346,7 @@ func BenchmarkBundleDecode(b *testing.B) {
 	b.ReportMetric(floorStep.Seconds()/batched.Seconds(), "xfloor")
 	b.ReportMetric(float64(len(prompt))/warmPre.Seconds(), "prefill-tok/s")
 	b.Logf("decode step: %v queued (%.0f GB/s of matrices, %.3f of the floor %v), %v with a wait per step; prefill of %d tokens in chunks of %d: %v (%.0f tok/s; %v the first time, graph captures included)",
-		batched, float64(step)/batched.Seconds()/1e9, floorStep.Seconds()/batched.Seconds(), floorStep, single, len(prompt), MaxStepRows, warmPre, float64(len(prompt))/warmPre.Seconds(), pre)
+		batched, float64(step)/batched.Seconds()/1e9, floorStep.Seconds()/batched.Seconds(), floorStep, single, len(prompt), gpu.MaxStepRows, warmPre, float64(len(prompt))/warmPre.Seconds(), pre)
 }
 
 // makeSlice writes the first layers of the 27B-shaped checkpoint (the embedded spec

@@ -25,26 +25,13 @@
 //     not fit the free memory before any allocation).
 //   - the kernels (kernelset.go): lithos/kernels' generated CUDA source (one template per op,
 //     shared with Metal) compiled and loaded once; Launch applies its calling convention (step
-//     state words, parameter record, buffers); Records is a device arena of parameter records.
-//   - the target (target.go, backend.go): Backend.Load opens the GPU, uploads weights.bin once
-//     (matrices used as packed, at their manifest offsets) and the float32 vectors; refuses
-//     formats the kernels do not read, naming the tensor.
-//   - sessions (session.go, program.go): the step programs (a decode step; prefill chunks of up
-//     to 8 rows) recorded as launch lists over device-resident state — step state words, KV
-//     caches, two-slot GDN and conv states, activations — captured once each as a CUDA graph and
-//     replayed; lithos_step does the step-state control on the device (rows, anchor, ring
-//     pushes, commit, stop conditions); the token ring is mapped pinned host memory. Tokens are
-//     the argmax at temperature 0 and lithos_sample's draw otherwise: runtime/sample's
-//     temperature/top-k/top-p rule and counter-based uniform, on the device.
-//   - speculative decoding (draft.go, program.go buildRound): LoadDraft binds the bundle's
-//     DSpark head (its matrices read in place from the uploaded weights); a session with it runs
-//     each decode step as one recorded round — RoundBegin, the drafter's block over its context
-//     K/V and the Markov chain, RoundRows, the target over 1+L rows with taps and the records
-//     of the commit replay, the LM head and token choice of every row, RoundAccept (scan, ring,
-//     commit, stats), the GDN commit replay, the drafter's append of the committed rows —
-//     replayed as one CUDA graph, no host synchronisation inside; counters and %globaltimer
-//     times in a stats buffer (RoundStats). Greedy and the point-mass rule at temperature > 0;
-//     sampled drafts (min(1, p/q)) are not on the GPU yet.
+//     state words, parameter record, buffers).
+//   - the runtime (runtime.go, backend.go): Runtime is the gpu.Device of
+//     lithos/runtime/backend/gpu over an open GPU and its kernels — queues are streams, a
+//     recording is a stream capture into a CUDA graph, Buffer and HostBuffer are gpu's — and
+//     Backend.Load returns gpu's Target over it. Everything above the device (Target, Session,
+//     the DSpark head, the programs of each step and speculative round, the ring drain) is
+//     that package's, the same code the Metal backend runs.
 //
 // Tests run on the GPU, or, with LITHOS_CUDA_EMULATE=1, on a CPU emulator of the driver that
 // runs the same programs with the kernels executed by lithos/kernels' fiber runtime
@@ -54,7 +41,7 @@
 // skip with the reason when no usable GPU is present (tools/cuda_check.sh runs them all on the
 // GPU machine). Measured numbers: docs/performance.md.
 //
-// Imports: lithos/kernels, lithos/runtime/{backend, backend/cpu, bundle, model}, lithos/manifests,
-// lithos/pack/blm, lithos/formats, github.com/ebitengine/purego, github.com/schollz/progressbar/v3,
-// golang.org/x/term, golang.org/x/sys/unix.
+// Imports: lithos/kernels, lithos/runtime/{backend, backend/gpu, bundle},
+// github.com/ebitengine/purego, github.com/schollz/progressbar/v3, golang.org/x/term,
+// golang.org/x/sys/unix.
 package cuda

@@ -3,30 +3,15 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 	"unsafe"
+
+	"lithos/runtime/backend/gpu"
 )
 
-// Buffer is a device allocation (cuMemAlloc): Ptr is its CUdeviceptr, Size its bytes.
-type Buffer struct {
-	d    *Device
-	Ptr  uint64
-	Size int64
-}
-
-// At returns the device address off bytes into the buffer (a kernel argument); it does not
-// check the range (Slice does).
-func (b *Buffer) At(off int64) uint64 { return b.Ptr + uint64(off) }
-
-// Slice returns a view of n bytes at off: a Buffer sharing the allocation (freeing a view
-// is an error). Errors: the range is outside the buffer.
-func (b *Buffer) Slice(off, n int64) (*Buffer, error) {
-	if off < 0 || n < 0 || off+n > b.Size {
-		return nil, fmt.Errorf("cuda: bytes [%d, %d) are outside a buffer of %d bytes", off, off+n, b.Size)
-	}
-	return &Buffer{Ptr: b.Ptr + uint64(off), Size: n}, nil
-}
+// Buffer is a device allocation (cuMemAlloc): Ptr is its CUdeviceptr, Size its bytes, Owner
+// the Device that frees it (gpu.Buffer: the runtime's buffers are these).
+type Buffer = gpu.Buffer
 
 // Alloc allocates size bytes of device memory (contents undefined). Errors: size ≤ 0, out of
 // memory (the message gives the free and total memory; IsOutOfMemory reports it).
@@ -34,7 +19,7 @@ func (d *Device) Alloc(size int64) (*Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("cuda: allocate %d bytes: size must be positive", size)
 	}
-	b := &Buffer{d: d, Size: size}
+	b := &Buffer{Owner: d, Size: size}
 	err := d.do(func() error { return call(drv.cuMemAlloc, uintptr(unsafe.Pointer(&b.Ptr)), uintptr(size)) })
 	if err != nil {
 		if IsOutOfMemory(err) {
@@ -47,17 +32,9 @@ func (d *Device) Alloc(size int64) (*Buffer, error) {
 	return b, nil
 }
 
-// Free releases the allocation; a second Free does nothing.
-func (b *Buffer) Free() error {
-	if b == nil || b.Ptr == 0 {
-		return nil
-	}
-	if b.d == nil {
-		return errors.New("cuda: free of a buffer view")
-	}
-	err := b.d.do(func() error { return call(drv.cuMemFree, uintptr(b.Ptr)) })
-	b.Ptr = 0
-	return err
+// FreeBuffer releases an allocation Alloc made (gpu.Owner; call b.Free, which calls this once).
+func (d *Device) FreeBuffer(b *Buffer) error {
+	return d.do(func() error { return call(drv.cuMemFree, uintptr(b.Ptr)) })
 }
 
 // Host allocation flags (cuda.h CU_MEMHOSTALLOC_*).
@@ -69,14 +46,8 @@ const (
 
 // HostBuffer is pinned (page-locked) host memory (cuMemHostAlloc): the DMA engines copy from
 // and to it without staging, and, when mapped, kernels read and write it directly through its
-// device address (unified addressing).
-type HostBuffer struct {
-	d     *Device
-	p     unsafe.Pointer
-	Bytes []byte // the memory, len = size; valid until Free
-	// DevPtr is the device address of the memory (mapped buffers), 0 otherwise.
-	DevPtr uint64
-}
+// device address DevPtr (unified addressing). Owner is the Device that frees it.
+type HostBuffer = gpu.HostBuffer
 
 // HostAlloc allocates size bytes of pinned host memory. mapped makes it addressable by
 // kernels (DevPtr); writeCombined makes host writes and device reads faster and host reads
@@ -92,14 +63,15 @@ func (d *Device) HostAlloc(size int64, mapped, writeCombined bool) (*HostBuffer,
 	if writeCombined {
 		flags |= hostWriteCombined
 	}
-	h := &HostBuffer{d: d}
+	h := &HostBuffer{Owner: d}
+	var p unsafe.Pointer
 	err := d.do(func() error {
-		if err := call(drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&h.p)), uintptr(size), flags); err != nil {
+		if err := call(drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), flags); err != nil {
 			return err
 		}
 		if mapped {
-			if err := call(drv.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&h.DevPtr)), uintptr(h.p), 0); err != nil {
-				call(drv.cuMemFreeHost, uintptr(h.p))
+			if err := call(drv.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&h.DevPtr)), uintptr(p), 0); err != nil {
+				call(drv.cuMemFreeHost, uintptr(p))
 				return err
 			}
 		}
@@ -108,20 +80,18 @@ func (d *Device) HostAlloc(size int64, mapped, writeCombined bool) (*HostBuffer,
 	if err != nil {
 		return nil, fmt.Errorf("cuda: pin %d bytes of host memory: %w", size, err)
 	}
-	h.Bytes = unsafe.Slice((*byte)(h.p), int(size))
+	h.Bytes = unsafe.Slice((*byte)(p), int(size))
 	return h, nil
 }
 
-// Free releases the pinned memory; Bytes must not be used afterwards. A second Free does
-// nothing.
-func (h *HostBuffer) Free() error {
-	if h == nil || h.p == nil {
-		return nil
-	}
-	err := h.d.do(func() error { return call(drv.cuMemFreeHost, uintptr(h.p)) })
-	h.p, h.Bytes, h.DevPtr = nil, nil, 0
-	return err
+// FreeHost releases pinned memory HostAlloc made (gpu.HostOwner; call h.Free, which calls this
+// once).
+func (d *Device) FreeHost(h *HostBuffer) error {
+	return d.do(func() error { return call(drv.cuMemFreeHost, uintptr(hostPtr(h))) })
 }
+
+// hostPtr is the address of a host buffer's memory.
+func hostPtr(h *HostBuffer) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(h.Bytes)) }
 
 // stageBytes is the size of the device's pinned staging buffer for Read and Write.
 const stageBytes = 8 << 20
@@ -209,13 +179,8 @@ func (d *Device) Upload(src []byte) (*Buffer, error) {
 	return b, nil
 }
 
-// Float32Bytes views p as little-endian float32 bytes (no copy), for Write.
-func Float32Bytes(p []float32) []byte {
-	if len(p) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&p[0])), 4*len(p))
-}
+// Float32Bytes views p as little-endian float32 bytes (no copy), for Write (gpu.Float32Bytes).
+func Float32Bytes(p []float32) []byte { return gpu.Float32Bytes(p) }
 
 // Int32Bytes views p as little-endian int32 bytes (no copy).
 func Int32Bytes(p []int32) []byte {

@@ -16,19 +16,6 @@ import (
 	"lithos/runtime/sample"
 )
 
-// TestStepWords: the word indexes found by marshalling match docs/runtime.md §4 (TMax 8).
-func TestStepWords(t *testing.T) {
-	w, err := newStepWords(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := stepWords{Step: 0, Position: 1, Rows: 2, Pending: 3, SeedLo: 11, Anchor: 13, Accepted: 14, Committed: 15,
-		PrefillLeft: 16, Done: 17, Error: 18, RingHead: 19, RingTail: 20, StopAt: 21, DraftLen: 22, DraftContext: 23, Words: w.Words}
-	if w != want || w.Words < 24 {
-		t.Fatalf("step words %+v, want %+v", w, want)
-	}
-}
-
 // greedySampling is temperature 0 (top-p 1: keep all, the only valid "off").
 var greedySampling = sample.Params{TopP: 1}
 
@@ -82,7 +69,7 @@ func testSessionGoldens(t *testing.T, name string) {
 				if len(prompt) != T || len(greedy) < 2 || len(logits) < vocab {
 					t.Fatalf("goldens: prompt %d, greedy %d, logits %d values", len(prompt), len(greedy), len(logits))
 				}
-				s, err := tg.newSession(backend.SessionOptions{Capacity: T + len(greedy) + 4, Sampling: greedySampling}, true)
+				s, err := tg.NewDeviceSession(backend.SessionOptions{Capacity: T + len(greedy) + 4, Sampling: greedySampling}, true)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -90,7 +77,7 @@ func testSessionGoldens(t *testing.T, name string) {
 				if err := s.Prefill(t.Context(), prompt); err != nil {
 					t.Fatal(err)
 				}
-				got := e.read(s.logits, vocab)
+				got := e.read(s.Logits(), vocab)
 				re := relErr(got, logits[len(logits)-vocab:])
 				t.Logf("prompt %d: last-row logits max relative error %.3g against transformers", T, re)
 				if re > 1e-4 {
@@ -130,7 +117,7 @@ func TestSessionGraphsAndChunks(t *testing.T) {
 	_, i32 := readGoldenA(t)
 	prompt := i32["prompt.11"]
 	run := func(graphs bool, chunk int) ([]int32, []float32) {
-		s, err := tg.newSession(backend.SessionOptions{Capacity: 64, PrefillChunk: chunk, Sampling: greedySampling}, graphs)
+		s, err := tg.NewDeviceSession(backend.SessionOptions{Capacity: 64, PrefillChunk: chunk, Sampling: greedySampling}, graphs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +125,7 @@ func TestSessionGraphsAndChunks(t *testing.T) {
 		if err := s.Prefill(t.Context(), prompt); err != nil {
 			t.Fatal(err)
 		}
-		logits := e.read(s.logits, tg.Cfg.Vocab)
+		logits := e.read(s.Logits(), tg.Cfg.Vocab)
 		if err := s.Decode(t.Context(), 20); err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"lithos/pack"
 	"lithos/pack/packtest"
 	"lithos/runtime/backend"
+	"lithos/runtime/backend/gpu"
 	"lithos/runtime/bundle"
 	"lithos/runtime/sample"
 )
@@ -41,7 +42,7 @@ func BenchmarkSpecRound(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bd.Close()
-	tg, err := LoadTarget(b.Context(), d, ks, bd)
+	tg, err := gpu.LoadTarget(b.Context(), Runtime(d, ks), bd)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,54 +51,40 @@ func BenchmarkSpecRound(b *testing.B) {
 	if err != nil || dr == nil {
 		b.Fatalf("LoadDraft: %v %v", dr, err)
 	}
-	ds := dr.(*DSpark)
+	ds := dr.(*gpu.DSpark)
 	var step, head int64
-	for _, m := range tg.mats {
+	for _, name := range tg.MatrixNames() {
+		m, _ := tg.Matrix(name)
 		step += m.Geometry.TotalBytes + 4*m.Geometry.Blocks*int64(m.Geometry.Rows)
 	}
-	seen := map[*Matrix]bool{}
-	add := func(m *Matrix) {
-		if m != nil && !seen[m] {
-			seen[m] = true
-			head += m.Geometry.TotalBytes + 4*m.Geometry.Blocks*int64(m.Geometry.Rows)
-		}
+	for _, m := range ds.Matrices() {
+		head += m.Geometry.TotalBytes + 4*m.Geometry.Blocks*int64(m.Geometry.Rows)
 	}
-	add(ds.fc.m)
-	add(ds.w2.m)
-	add(ds.conf.m)
-	for _, L := range ds.layers {
-		for _, s := range []segMatrix{L.q, L.k, L.v, L.o, L.gate, L.up, L.down} {
-			add(s.m)
-		}
-		add(L.gateUp)
-	}
-	lmHead := tg.mats["lm_head"].Geometry.TotalBytes
+	lmm, _ := tg.Matrix("lm_head")
+	lmHead := lmm.Geometry.TotalBytes
 	b.Logf("slice %d layers: %.2f GB of target matrices per pass (lm_head %.2f GB), draft head %.2f GB (+ the lm_head once per round); read floor %.0f GB/s",
 		n, float64(step)/1e9, float64(lmHead)/1e9, float64(head)/1e9, floor.GBps())
 	prompt := make([]int32, 64)
 	for i := range prompt {
 		prompt[i] = int32(i * 37 % tg.Cfg.Vocab)
 	}
-	timeCalls := func(s *Session, steps int) time.Duration {
+	timeCalls := func(s *gpu.Session, steps int) time.Duration {
 		ev0, _ := d.NewEvent()
 		ev1, _ := d.NewEvent()
 		defer ev0.Close()
 		defer ev1.Close()
-		if err := s.pushState(); err != nil {
+		if err := s.PushState(); err != nil {
 			b.Fatal(err)
 		}
-		ev0.Record(s.s)
-		p := s.decode
-		if s.spec != nil {
-			p = s.spec.round
-		}
+		st := s.Queue().(*queue).s
+		ev0.Record(st)
 		for range steps {
-			if err := s.run(p); err != nil {
+			if err := s.QueueStep(); err != nil {
 				b.Fatal(err)
 			}
 		}
-		ev1.Record(s.s)
-		if err := s.pullState(); err != nil {
+		ev1.Record(st)
+		if err := s.PullState(); err != nil {
 			b.Fatal(err)
 		}
 		dt, err := ev1.Since(ev0)
@@ -107,9 +94,9 @@ func BenchmarkSpecRound(b *testing.B) {
 		drain(s)
 		return dt / time.Duration(steps)
 	}
-	newSess := func(opt backend.SessionOptions) *Session {
+	newSess := func(opt backend.SessionOptions) *gpu.Session {
 		opt.Capacity = 1024
-		s, err := tg.newSession(opt, true)
+		s, err := tg.NewDeviceSession(opt, true)
 		if err != nil {
 			b.Fatal(err)
 		}

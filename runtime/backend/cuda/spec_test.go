@@ -17,6 +17,7 @@ import (
 	"lithos/pack"
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
+	"lithos/runtime/backend/gpu"
 	"lithos/runtime/bundle"
 	"lithos/runtime/generate/gentest"
 	"lithos/runtime/model/goldentest"
@@ -109,7 +110,7 @@ func specPrompt(t *testing.T, kind string) []int32 {
 type specTargets struct {
 	b          *bundle.Bundle
 	e          *opEnv
-	gpu        *Target
+	gpu        *gpu.Target
 	gpuDraft   backend.Drafter
 	cpu        backend.Target
 	cpuDraft   backend.Drafter
@@ -120,7 +121,7 @@ func loadSpec(t *testing.T, kind string) *specTargets {
 	t.Helper()
 	e := newOpEnv(t, 41) // skips without a GPU before any packing
 	b := specBundle(t, kind)
-	tg, err := LoadTarget(t.Context(), e.d, e.ks, b)
+	tg, err := gpu.LoadTarget(t.Context(), Runtime(e.d, e.ks), b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestSpecDrafterMatchesReference(t *testing.T) {
 		t.Run(c.kind, func(t *testing.T) {
 			st := loadSpec(t, c.kind)
 			prompt := i32["prompt"]
-			s, err := st.gpu.newSession(backend.SessionOptions{Capacity: len(prompt) + 16, Sampling: greedySampling, Drafter: st.gpuDraft}, true)
+			s, err := st.gpu.NewDeviceSession(backend.SessionOptions{Capacity: len(prompt) + 16, Sampling: greedySampling, Drafter: st.gpuDraft}, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,15 +256,16 @@ func TestSpecDrafterMatchesReference(t *testing.T) {
 			if first := drain(s); len(first) != 1 || first[0] != i32["greedy"][0] {
 				t.Fatalf("first token %v, want %d", first, i32["greedy"][0])
 			}
-			if s.ss.DraftContext != uint32(len(prompt)) {
-				t.Fatalf("drafter context %d after the prefill of %d tokens", s.ss.DraftContext, len(prompt))
+			if s.State().DraftContext != uint32(len(prompt)) {
+				t.Fatalf("drafter context %d after the prefill of %d tokens", s.State().DraftContext, len(prompt))
 			}
 			if err := s.Decode(t.Context(), 1); err != nil {
 				t.Fatal(err)
 			}
-			B, V := s.spec.block, st.gpu.Cfg.Vocab
+			B, base, confBuf, _ := s.DraftOutputs()
+			V := st.gpu.Cfg.Vocab
 			wantTok, wantConf, wantLogits := i32[c.prefix+"tokens"], f32[c.prefix+"confidence"], f32[c.prefix+"logits"]
-			got := st.e.read(s.spec.base, B*V)
+			got := st.e.read(base, B*V)
 			m := maxAbs(wantLogits)
 			worst := 0.0
 			for i := range wantLogits {
@@ -273,17 +275,17 @@ func TestSpecDrafterMatchesReference(t *testing.T) {
 			if !(worst <= 1e-4*m) {
 				t.Errorf("logits differ from the reference by %.3g > 1e-4·%.3g", worst, m)
 			}
-			drafts := s.ss.Pending[1 : 1+B]
+			drafts := s.State().Pending[1 : 1+B]
 			if !slices.Equal(drafts, wantTok) {
 				t.Errorf("drafts %v, reference %v", drafts, wantTok)
 			}
-			conf := st.e.read(s.spec.conf, B)
+			conf := st.e.read(confBuf, B)
 			for k := range B {
 				if math.Abs(float64(conf[k]-wantConf[k])) > 1e-4 {
 					t.Errorf("confidence %d: %v, reference %v", k, conf[k], wantConf[k])
 				}
 			}
-			t.Logf("drafts %v, confidences %v (reference %v); round accepted %d", drafts, conf, wantConf, s.ss.Accepted)
+			t.Logf("drafts %v, confidences %v (reference %v); round accepted %d", drafts, conf, wantConf, s.State().Accepted)
 		})
 	}
 }
@@ -348,7 +350,7 @@ func TestSpecTinyPair(t *testing.T) {
 		t.Errorf("round histogram GPU %v (accepted %v), CPU %v (accepted %v)", gs.Committed, gs.Accepted, cs.Committed, cs.Accepted)
 	}
 	// Direct launches instead of the captured graph: the same rounds.
-	d, err := st.gpu.newSession(backend.SessionOptions{Capacity: len(prompt) + len(want) + 8, Sampling: greedySampling, Drafter: st.gpuDraft}, false)
+	d, err := st.gpu.NewDeviceSession(backend.SessionOptions{Capacity: len(prompt) + len(want) + 8, Sampling: greedySampling, Drafter: st.gpuDraft}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

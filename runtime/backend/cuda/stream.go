@@ -128,7 +128,7 @@ func (s *Stream) CopyHtoD(dst *Buffer, dstOff int64, src *HostBuffer, srcOff, n 
 		return fmt.Errorf("cuda: copy %d bytes host[%d:] → device[%d:] outside the buffers (%d, %d bytes)", n, srcOff, dstOff, len(src.Bytes), dst.Size)
 	}
 	return s.d.do(func() error {
-		return call(drv.cuMemcpyHtoDAsync, uintptr(dst.At(dstOff)), uintptr(src.p)+uintptr(srcOff), uintptr(n), s.h)
+		return call(drv.cuMemcpyHtoDAsync, uintptr(dst.At(dstOff)), uintptr(hostPtr(src))+uintptr(srcOff), uintptr(n), s.h)
 	})
 }
 
@@ -138,7 +138,7 @@ func (s *Stream) CopyDtoH(dst *HostBuffer, dstOff int64, src *Buffer, srcOff, n 
 		return fmt.Errorf("cuda: copy %d bytes device[%d:] → host[%d:] outside the buffers (%d, %d bytes)", n, srcOff, dstOff, src.Size, len(dst.Bytes))
 	}
 	return s.d.do(func() error {
-		return call(drv.cuMemcpyDtoHAsync, uintptr(dst.p)+uintptr(dstOff), uintptr(src.At(srcOff)), uintptr(n), s.h)
+		return call(drv.cuMemcpyDtoHAsync, uintptr(hostPtr(dst))+uintptr(dstOff), uintptr(src.At(srcOff)), uintptr(n), s.h)
 	})
 }
 

@@ -12,12 +12,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"lithos/kernels"
 	"lithos/pack"
 	"lithos/runtime/backend/cpu"
+	"lithos/runtime/backend/gpu"
 	"lithos/runtime/bundle"
 	"lithos/runtime/model"
 )
@@ -64,16 +64,16 @@ func goldenBundleOf(t *testing.T, name string) *bundle.Bundle {
 	return b
 }
 
-func loadGoldenTarget(t *testing.T) (*opEnv, *Target, *bundle.Bundle) {
+func loadGoldenTarget(t *testing.T) (*opEnv, *gpu.Target, *bundle.Bundle) {
 	t.Helper()
 	return loadGoldenTargetOf(t, "a")
 }
 
-func loadGoldenTargetOf(t *testing.T, name string) (*opEnv, *Target, *bundle.Bundle) {
+func loadGoldenTargetOf(t *testing.T, name string) (*opEnv, *gpu.Target, *bundle.Bundle) {
 	t.Helper()
 	e := newOpEnv(t, 21)
 	b := goldenBundleOf(t, name)
-	tg, err := LoadTarget(t.Context(), e.d, e.ks, b)
+	tg, err := gpu.LoadTarget(t.Context(), Runtime(e.d, e.ks), b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestTargetRefusesTooLarge(t *testing.T) {
 }
 
 // devRun runs one BLM product on the target's matrix over x [rows, K] into y.
-func (e *opEnv) blm(m *Matrix, rows int, epi uint32, x, y *Buffer) {
+func (e *opEnv) blm(m *gpu.Matrix, rows int, epi uint32, x, y *Buffer) {
 	e.t.Helper()
 	name, err := m.Kernel(rows)
 	if err != nil {
@@ -175,13 +175,9 @@ func seq(n int) []int32 {
 // against cpu.Packed over the same mapped bytes (tolerance as TestOpBLM).
 func TestTargetMatrices(t *testing.T) {
 	e, tg, b := loadGoldenTarget(t)
-	var names []string
-	for n := range tg.mats {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := tg.MatrixNames()
 	for _, name := range names {
-		m := tg.mats[name]
+		m, _ := tg.Matrix(name)
 		p := cpuPacked(t, b, name)
 		n, k := int(m.Geometry.N), int(m.Geometry.K)
 		for _, rows := range []int{1, 5} {
@@ -235,7 +231,7 @@ func TestTargetHeadAndMLP(t *testing.T) {
 	check(t, "final norm", gotN, wantN, func(int) float64 { return 1e-5 * mN })
 
 	// LM head on the device's normed rows, then argmax.
-	head := tg.mats["lm_head"]
+	head, _ := tg.Matrix("lm_head")
 	if head == nil {
 		t.Fatal("no lm_head matrix")
 	}
@@ -269,8 +265,8 @@ func TestTargetHeadAndMLP(t *testing.T) {
 		t.Fatal(err)
 	}
 	gotP := e.read(pn, rows*h)
-	gu := tg.mats["layers.0.mlp.gate_up"]
-	down := tg.mats["layers.0.mlp.down_proj"]
+	gu, _ := tg.Matrix("layers.0.mlp.gate_up")
+	down, _ := tg.Matrix("layers.0.mlp.down_proj")
 	if gu == nil || down == nil {
 		t.Fatal("no layer-0 MLP matrices")
 	}

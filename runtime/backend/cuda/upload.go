@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"lithos/runtime/backend/gpu"
+
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -25,15 +27,8 @@ const (
 // context, the modules and the driver's own allocations (graphs, launch queues).
 const MemoryReserve = 1 << 30
 
-// UploadStats describe one upload.
-type UploadStats struct {
-	Bytes int64
-	Setup time.Duration // pinning the staging buffers
-	Wall  time.Duration // host wall time, first chunk read to last copy done
-}
-
-// GBps is Bytes over Wall in GB/s (GB = 1e9 bytes).
-func (u UploadStats) GBps() float64 { return float64(u.Bytes) / u.Wall.Seconds() / 1e9 }
+// UploadStats describe one upload (Setup: pinning the staging buffers).
+type UploadStats = gpu.UploadStats
 
 // Fit returns an error when need bytes (and MemoryReserve) do not fit the device's free
 // memory, saying how much is needed and free: called before any allocation so a model too

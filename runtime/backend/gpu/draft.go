@@ -1,10 +1,7 @@
-//go:build linux && amd64
-
-package cuda
+package gpu
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -36,7 +33,7 @@ type draftLayer struct {
 // DSpark is a bundle's DSpark draft head on the GPU (backend.Drafter), bound to its Target: the
 // head's matrices are read in place from the uploaded weights (the BLM layout as packed), its
 // norms decoded to float32 in a device buffer of its own, the Markov W1 table gathered from the
-// weights, the target's embedding and LM head shared. It drafts only inside a CUDA session's
+// weights, the target's embedding and LM head shared. It drafts only inside a GPU session's
 // round (the device program of docs/speculative.md §1): pass it in SessionOptions.Drafter of a
 // session of the same Target. It has no host Proposer.
 type DSpark struct {
@@ -65,9 +62,32 @@ func (d *DSpark) TapLayers() []int { return d.Cfg.TapLayers }
 // BlockSize returns the head's block_size.
 func (d *DSpark) BlockSize() int { return d.Cfg.BlockSize }
 
-// NewProposer returns an error: the head drafts on the device, inside a CUDA session's round.
+// NewProposer returns an error: the head drafts on the device, inside a GPU session's round.
 func (d *DSpark) NewProposer(int) (backend.Proposer, error) {
-	return nil, errors.New("cuda: the DSpark head drafts inside a CUDA session's device round (pass it in SessionOptions.Drafter); it has no host proposer")
+	return nil, fmt.Errorf("%s: the DSpark head drafts inside a %s session's device round (pass it in SessionOptions.Drafter); it has no host proposer", d.t.pfx, d.t.Device.Name())
+}
+
+// Matrices returns the packed matrices the head reads (each once; the target's LM head, which
+// it shares, not included): benchmarks count the bytes a round streams.
+func (d *DSpark) Matrices() []*Matrix {
+	var l []*Matrix
+	seen := map[*Matrix]bool{}
+	add := func(m *Matrix) {
+		if m != nil && !seen[m] {
+			seen[m] = true
+			l = append(l, m)
+		}
+	}
+	add(d.fc.m)
+	add(d.w2.m)
+	add(d.conf.m)
+	for _, L := range d.layers {
+		for _, s := range []segMatrix{L.q, L.k, L.v, L.o, L.gate, L.up, L.down} {
+			add(s.m)
+		}
+		add(L.gateUp)
+	}
+	return l
 }
 
 // close frees the head's buffer.
@@ -102,7 +122,7 @@ func (t *Target) LoadDraft(_ context.Context, b *bundle.Bundle) (backend.Drafter
 		return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
 	}
 	if cfg.BlockSize+1 > MaxStepRows {
-		return nil, fmt.Errorf("bundle %s: draft block_size %d: the CUDA round verifies at most %d rows (block_size ≤ %d)", b.Dir, cfg.BlockSize, MaxStepRows, MaxStepRows-1)
+		return nil, fmt.Errorf("bundle %s: draft block_size %d: the %s round verifies at most %d rows (block_size ≤ %d)", b.Dir, cfg.BlockSize, t.Device.Name(), MaxStepRows, MaxStepRows-1)
 	}
 	if b != t.Bundle {
 		return nil, fmt.Errorf("bundle %s: the draft head must come from the bundle the target was loaded from (%s)", b.Dir, t.Bundle.Dir)
@@ -147,10 +167,10 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 				return segMatrix{}, err
 			}
 			if !slices.Contains(KernelFormats, bm.Geometry.Format) {
-				return segMatrix{}, fmt.Errorf("tensor %s is %s; the CUDA kernels read %v", r.bt.Name, bm.Geometry.Format, KernelFormats)
+				return segMatrix{}, fmt.Errorf("tensor %s is %s; the %s kernels read %v", r.bt.Name, bm.Geometry.Format, t.Device.Name(), KernelFormats)
 			}
 			if bm.Geometry.TotalBytes >= 1<<32 {
-				return segMatrix{}, fmt.Errorf("tensor %s: %d packed bytes; the CUDA kernels address < 4 GiB per matrix", r.bt.Name, bm.Geometry.TotalBytes)
+				return segMatrix{}, fmt.Errorf("tensor %s: %d packed bytes; the %s kernels address < 4 GiB per matrix", r.bt.Name, bm.Geometry.TotalBytes, t.Device.Name())
 			}
 			mx = &Matrix{Name: r.bt.Name, Geometry: bm.Geometry, Stack: bm.Stack,
 				Ptr: t.Weights.At(r.bt.Offset), Scales: t.Weights.At(r.bt.Offset + bm.Geometry.TotalBytes)}
@@ -171,7 +191,7 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 			}
 		default:
 			if len(mx.Stack.Segments) != 1 {
-				return segMatrix{}, fmt.Errorf("tensor %s (in %s): stack mode %v; the CUDA programs read concatenated segments or the interleaved MLP", name, mx.Name, mx.Stack.Mode)
+				return segMatrix{}, fmt.Errorf("tensor %s (in %s): stack mode %v; the %s programs read concatenated segments or the interleaved MLP", name, mx.Name, mx.Stack.Mode, t.Device.Name())
 			}
 			sm.n = int(mx.Stack.Segments[0].Rows)
 		}
@@ -289,7 +309,7 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 		case "F32":
 			d.w1DType = 0
 		default:
-			return nil, fmt.Errorf("tensor %s is %s; the CUDA gather reads BF16 or F32", name, bt.Format)
+			return nil, fmt.Errorf("tensor %s is %s; the %s gather reads BF16 or F32", name, bt.Format, t.Device.Name())
 		}
 		d.w1 = t.Weights.At(bt.Offset)
 		if d.w2, err = mat("markov_head.markov_w2", cfg.Vocab, cfg.MarkovRank); err != nil {

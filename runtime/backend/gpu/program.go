@@ -1,10 +1,10 @@
-//go:build linux && amd64
-
-package cuda
+package gpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 
 	"lithos/kernels"
@@ -56,7 +56,7 @@ func newStepWords(tmax int) (stepWords, error) {
 	}
 	idx := map[uint32]uint32{}
 	for i := 0; i+4 <= len(b); i += 4 {
-		idx[le32(b[i:])] = uint32(i / 4)
+		idx[binary.LittleEndian.Uint32(b[i:])] = uint32(i / 4)
 	}
 	var w stepWords
 	w.Words = len(b) / 4
@@ -66,7 +66,7 @@ func newStepWords(tmax int) (stepWords, error) {
 		"DraftLen": &w.DraftLen, "DraftContext": &w.DraftContext} {
 		i, ok := idx[vals[name]]
 		if !ok {
-			return stepWords{}, fmt.Errorf("cuda: step state field %s not found in its binary layout", name)
+			return stepWords{}, fmt.Errorf("gpu: step state field %s not found in its binary layout", name)
 		}
 		*dst = i
 	}
@@ -83,32 +83,58 @@ type launch struct {
 }
 
 // program is one recorded step: its launches, their records (uploaded once) and, after the
-// first replay, its CUDA graph.
+// first replay, its recording (Queue.Record: a CUDA graph, a Metal indirect command buffer).
 type program struct {
 	name     string
 	launches []launch
 	recs     Records
-	graph    *Graph
+	graph    Replay
 }
 
 // builder appends launches to a program.
 type builder struct {
 	p    *program
+	pfx  string // error prefix ("cuda")
 	what string
 	err  error
 }
 
+// add appends a launch of kernel name with its parameter record rec (a kernels *Params value;
+// when it has a Validate method, the record is checked first), grid and buffer addresses.
+// The first error (a null buffer, a record Validate rejects) is kept in b.err, naming the
+// program and the op (b.what); later adds do nothing.
 func (b *builder) add(name string, rec any, grid [3]uint32, bufs ...uint64) {
 	if b.err != nil {
 		return
 	}
 	for i, x := range bufs {
 		if x == 0 {
-			b.err = fmt.Errorf("cuda: program %s: %s: %s buffer %d is null", b.p.name, b.what, name, i)
+			b.err = fmt.Errorf("%s: program %s: %s: %s buffer %d is null", b.pfx, b.p.name, b.what, name, i)
 			return
 		}
 	}
+	if err := validate(rec); err != nil {
+		b.err = fmt.Errorf("%s: program %s: %s: %s: %w", b.pfx, b.p.name, b.what, name, err)
+		return
+	}
 	b.p.launches = append(b.p.launches, launch{name: name, grid: grid, rec: b.p.recs.Add(rec), bufs: bufs, what: b.what})
+}
+
+// validate calls rec's Validate method when it has one (on the value, or on a pointer to a
+// copy of it), else returns nil.
+func validate(rec any) error {
+	type validator interface{ Validate() error }
+	if v, ok := rec.(validator); ok {
+		return v.Validate()
+	}
+	if rv := reflect.ValueOf(rec); rv.IsValid() && rv.Kind() != reflect.Pointer {
+		p := reflect.New(rv.Type())
+		p.Elem().Set(rv)
+		if v, ok := p.Interface().(validator); ok {
+			return v.Validate()
+		}
+	}
+	return nil
 }
 
 // f32at returns the address of float i of a buffer.
@@ -135,9 +161,9 @@ type layerPlan struct {
 
 // segment returns the output-column offset and rows of the segment of m whose checkpoint
 // name ends with suffix, requiring a concatenated stack.
-func segment(m *Matrix, suffix string) (int, int, error) {
+func segment(m *Matrix, suffix, device string) (int, int, error) {
 	if m.Stack.Mode != blm.Concat {
-		return 0, 0, fmt.Errorf("tensor %s: stack mode %v, the CUDA programs read concatenated segments", m.Name, m.Stack.Mode)
+		return 0, 0, fmt.Errorf("tensor %s: stack mode %v, the %s programs read concatenated segments", m.Name, m.Stack.Mode, device)
 	}
 	off := 0
 	for _, s := range m.Stack.Segments {
@@ -225,7 +251,7 @@ func (t *Target) plan() ([]layerPlan, error) {
 				m      *Matrix
 			}{{&p.zOff, "in_proj_z.weight", vd, p.zqkv}, {&p.qkvOff, "in_proj_qkv.weight", cd, p.zqkv},
 				{&p.aOff, "in_proj_a.weight", c.VHeads, p.ab}, {&p.bOff, "in_proj_b.weight", c.VHeads, p.ab}} {
-				if *s.off, n, err = segment(s.m, s.suffix); err != nil {
+				if *s.off, n, err = segment(s.m, s.suffix, t.Device.Name()); err != nil {
 					return fail(err)
 				}
 				if n != s.rows {
@@ -260,7 +286,7 @@ func (t *Target) plan() ([]layerPlan, error) {
 				suffix string
 				rows   int
 			}{{&p.qOff, "q_proj.weight", 2 * qd}, {&p.kOff, "k_proj.weight", kvd}, {&p.vOff, "v_proj.weight", kvd}} {
-				if *s.off, n, err = segment(p.qkv, s.suffix); err != nil {
+				if *s.off, n, err = segment(p.qkv, s.suffix, t.Device.Name()); err != nil {
 					return fail(err)
 				}
 				if n != s.rows {
@@ -504,7 +530,8 @@ func (s *Session) buildProgram(kind, n int, last bool) (*program, error) {
 	if kind == progPrefill {
 		p.name = fmt.Sprintf("prefill(%d rows, last %v)", n, last)
 	}
-	b := &builder{p: p}
+	p.recs.Align = recordAlign(s.d)
+	b := &builder{p: p, pfx: s.pfx}
 	e := &emitter{s: s, b: b, done: s.words.Done}
 	nw := uint32(kernels.NoWord)
 	h := c.Hidden
@@ -713,7 +740,7 @@ func (s *Session) emitDraft(e *emitter) {
 	}
 }
 
-// buildRound records the speculative round (docs/speculative.md §1), replayed as one CUDA graph:
+// buildRound records the speculative round (docs/speculative.md §1), replayed as one recording:
 // RoundBegin → the drafter's block and Markov chain (drafts into Pending[1…B]) → RoundRows (L,
 // Rows) → the target over the Rows rows (taps, keep) → final norm and LM head of every row →
 // the target's tokens (argmax or the sampler at positions P + 1 + k) → RoundAccept (scan, ring,
@@ -724,7 +751,8 @@ func (s *Session) buildRound() (*program, error) {
 	sp, c, w := s.spec, &s.t.Cfg, s.words
 	n := sp.block + 1
 	p := &program{name: fmt.Sprintf("round(%d rows)", n)}
-	b := &builder{p: p}
+	p.recs.Align = recordAlign(s.d)
+	b := &builder{p: p, pfx: s.pfx}
 	e := &emitter{s: s, b: b, done: w.Done}
 	nw := uint32(kernels.NoWord)
 	h := c.Hidden
@@ -769,26 +797,26 @@ func (s *Session) buildRound() (*program, error) {
 	return p, nil
 }
 
-// enqueue queues the program's launches on the session stream (directly, or into a capture).
+// enqueue queues the program's launches on the session queue (directly, or into a recording).
 func (s *Session) enqueue(p *program) error {
 	for _, l := range p.launches {
-		if err := s.t.Kernels.Launch(s.s, l.name, l.grid, s.ctl.Ptr, p.recs.At(l.rec), l.bufs...); err != nil {
+		if err := s.s.Launch(l.name, l.grid, s.ctl.Ptr, p.recs.At(l.rec), l.bufs...); err != nil {
 			return fmt.Errorf("%s: %s: %w", p.name, l.what, err)
 		}
 	}
 	return nil
 }
 
-// run queues one replay of the program: its CUDA graph, captured on first use (or the launches
-// one by one when the session is not using graphs).
+// run queues one replay of the program: its recording (Queue.Record: a CUDA graph), made on
+// first use (or the launches one by one when the session is not replaying).
 func (s *Session) run(p *program) error {
 	if !s.useGraphs {
 		return s.enqueue(p)
 	}
 	if p.graph == nil {
-		g, err := s.s.Capture(func() error { return s.enqueue(p) })
+		g, err := s.s.Record(func() error { return s.enqueue(p) })
 		if err != nil {
-			return fmt.Errorf("cuda: capture %s: %w", p.name, err)
+			return fmt.Errorf("%s: capture %s: %w", s.pfx, p.name, err)
 		}
 		p.graph = g
 	}
@@ -796,6 +824,85 @@ func (s *Session) run(p *program) error {
 }
 
 func (p *program) close() {
-	p.graph.Close()
+	if p.graph != nil {
+		p.graph.Close()
+	}
 	p.recs.Free()
+}
+
+// Records is an arena of parameter records in device memory: a program adds the records of
+// its launches (Add gives each one's offset), uploads them once (Upload), and its launches —
+// recorded for replay — read them there. Records are Align-byte aligned (0: 16).
+type Records struct {
+	host  []byte
+	Buf   *Buffer
+	Align int64 // bytes, a power of two; 0 means 16 (set before the first Add)
+}
+
+// RecordAligner is a Device whose kernels need parameter records aligned to more than 16
+// bytes (Metal: constant-space offsets, docs/metal.md §6); the programs align their records
+// to RecordAlign() bytes. Optional: a Device without it gets 16.
+type RecordAligner interface {
+	RecordAlign() int64
+}
+
+// recordAlign is d's record alignment (RecordAligner), at least 16.
+func recordAlign(d Device) int64 {
+	if a, ok := d.(RecordAligner); ok && a.RecordAlign() > 16 {
+		return a.RecordAlign()
+	}
+	return 16
+}
+
+// Add appends the record of params (kernels.Record) and returns its byte offset.
+func (r *Records) Add(params any) int64 {
+	align := r.Align
+	if align <= 0 {
+		align = 16
+	}
+	for int64(len(r.host))%align != 0 {
+		r.host = append(r.host, 0)
+	}
+	b := kernels.Record(params)
+	off := int64(len(r.host))
+	r.host = append(r.host, b...)
+	for int64(len(r.host))%16 != 0 {
+		r.host = append(r.host, 0)
+	}
+	return off
+}
+
+// Len returns the arena's bytes so far.
+func (r *Records) Len() int64 { return int64(len(r.host)) }
+
+// Uploader makes a device buffer holding a copy of bytes (Device.Upload; cuda.Device has it too).
+type Uploader interface {
+	Upload(src []byte) (*Buffer, error)
+}
+
+// Upload copies the records to a new device buffer (replacing an earlier one). Errors: the
+// device's, prefixed "parameter records".
+func (r *Records) Upload(d Uploader) error {
+	if r.Buf != nil {
+		r.Buf.Free()
+	}
+	b, err := d.Upload(r.host)
+	if err != nil {
+		return fmt.Errorf("parameter records: %w", err)
+	}
+	r.Buf = b
+	return nil
+}
+
+// At returns the device address of the record at off (after Upload).
+func (r *Records) At(off int64) uint64 { return r.Buf.At(off) }
+
+// Free releases the device buffer.
+func (r *Records) Free() error {
+	if r.Buf == nil {
+		return nil
+	}
+	err := r.Buf.Free()
+	r.Buf = nil
+	return err
 }

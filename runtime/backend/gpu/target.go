@@ -1,6 +1,4 @@
-//go:build linux && amd64
-
-package cuda
+package gpu
 
 import (
 	"context"
@@ -17,8 +15,6 @@ import (
 	"lithos/runtime/backend/cpu"
 	"lithos/runtime/bundle"
 	"lithos/runtime/model"
-
-	"golang.org/x/sys/unix"
 )
 
 // Matrix is a BLM-packed tensor of the bundle in device memory, used as packed: Ptr is its
@@ -34,15 +30,14 @@ type Matrix struct {
 // Kernel returns the BLM kernel for rows activation rows of this matrix's format.
 func (m *Matrix) Kernel(rows int) (string, error) { return kernels.BLMKernel(m.Geometry.Format, rows) }
 
-// Target is a bundle's target model on the GPU: the whole weights.bin uploaded once into one
-// device buffer (the BLM layout used as packed: matrices are addressed at their manifest
-// offsets), the small vectors decoded to float32 with their transforms applied (one device
-// buffer, Vector gives each one's address), and the kernel module.
+// Target is a bundle's target model on a GPU (backend.Target): the whole weights.bin uploaded
+// once into one device buffer (the BLM layout used as packed: matrices are addressed at their
+// manifest offsets), the small vectors decoded to float32 with their transforms applied (one
+// device buffer, Vector gives each one's address), over the Device (which holds the kernels).
 type Target struct {
-	Device  *Device
-	Kernels *Kernels
-	Bundle  *bundle.Bundle
-	Cfg     model.Config
+	Device Device
+	Bundle *bundle.Bundle
+	Cfg    model.Config
 
 	Weights *Buffer          // weights.bin
 	vecs    *Buffer          // float32 vectors
@@ -52,19 +47,21 @@ type Target struct {
 
 	Upload UploadStats // the weights upload
 	Load   time.Duration
-	owned  bool      // Close also unloads the kernels and closes the device (Backend.Load)
+	owned  bool      // Close also closes the device (Load)
+	pfx    string    // error prefix: the device's name in lower case ("cuda")
 	drafts []*DSpark // draft heads bound by LoadDraft (Close frees their buffers)
 }
 
-// KernelFormats are the BLM formats the CUDA kernels read (lithos/kernels); a bundle with
-// a matrix in another format is refused by LoadTarget.
+// KernelFormats are the BLM formats the kernels of lithos/kernels read (on every device); a
+// bundle with a matrix in another format is refused by LoadTarget.
 var KernelFormats = []formats.Format{formats.NVFP4, formats.FP8, formats.BF16}
 
 // LoadTarget checks a bundle for the GPU — target architecture, config, every target matrix
 // in a format the kernels read, and the weights (plus the vectors) fitting the free device
-// memory — before any allocation, then uploads weights.bin staged through pinned memory (a
-// progress bar on a terminal) and the float32 vectors. Errors name the tensor or field.
-func LoadTarget(ctx context.Context, d *Device, ks *Kernels, b *bundle.Bundle) (*Target, error) {
+// memory — before any allocation, then uploads weights.bin (Device.UploadStaged: a progress
+// bar on a terminal) and the float32 vectors. Errors name the tensor or field. The Target does
+// not own d (its Close leaves d open); Load does.
+func LoadTarget(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error) {
 	start := time.Now()
 	m := b.Manifest
 	if !slices.Contains(cpu.Architectures, m.Target.Architecture) {
@@ -74,7 +71,7 @@ func LoadTarget(ctx context.Context, d *Device, ks *Kernels, b *bundle.Bundle) (
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s: target.config: %w", b.Dir, err)
 	}
-	t := &Target{Device: d, Kernels: ks, Bundle: b, Cfg: cfg, vecOff: map[string]int64{}, vecLen: map[string]int{}, mats: map[string]*Matrix{}}
+	t := &Target{Device: d, pfx: strings.ToLower(d.Name()), Bundle: b, Cfg: cfg, vecOff: map[string]int64{}, vecLen: map[string]int{}, mats: map[string]*Matrix{}}
 	// Plan: matrices (views of the weights) and vectors (decoded here).
 	var host []float32
 	names := make([]string, 0, len(m.Tensors))
@@ -94,10 +91,10 @@ func LoadTarget(ctx context.Context, d *Device, ks *Kernels, b *bundle.Bundle) (
 				return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
 			}
 			if !slices.Contains(KernelFormats, mx.Geometry.Format) {
-				return nil, fmt.Errorf("bundle %s: tensor %s is %s; the CUDA kernels read %v", b.Dir, name, mx.Geometry.Format, KernelFormats)
+				return nil, fmt.Errorf("bundle %s: tensor %s is %s; the %s kernels read %v", b.Dir, name, mx.Geometry.Format, d.Name(), KernelFormats)
 			}
 			if mx.Geometry.TotalBytes >= 1<<32 {
-				return nil, fmt.Errorf("bundle %s: tensor %s: %d packed bytes; the CUDA kernels address < 4 GiB per matrix", b.Dir, name, mx.Geometry.TotalBytes)
+				return nil, fmt.Errorf("bundle %s: tensor %s: %d packed bytes; the %s kernels address < 4 GiB per matrix", b.Dir, name, mx.Geometry.TotalBytes, d.Name())
 			}
 			t.mats[name] = &Matrix{Name: name, Geometry: mx.Geometry, Stack: mx.Stack, Ptr: uint64(bt.Offset), Scales: uint64(bt.Offset + mx.Geometry.TotalBytes)}
 		case manifests.EncodingPlain:
@@ -118,11 +115,6 @@ func LoadTarget(ctx context.Context, d *Device, ks *Kernels, b *bundle.Bundle) (
 	wbytes := int64(len(b.Weights()))
 	if err := d.Fit(fmt.Sprintf("bundle %s (weights.bin %.2f GB and %.1f MB of vectors)", b.Dir, float64(wbytes)/1e9, float64(4*len(host))/1e6), wbytes+int64(4*len(host))); err != nil {
 		return nil, err
-	}
-	// The upload reads the mapping once, front to back: ask the kernel to read ahead.
-	if w := b.Weights(); len(w) > 0 {
-		unix.Madvise(w, unix.MADV_SEQUENTIAL)
-		unix.Madvise(w, unix.MADV_WILLNEED)
 	}
 	if t.Weights, err = d.Alloc(max(wbytes, 1)); err != nil {
 		return nil, err
@@ -145,6 +137,22 @@ func LoadTarget(ctx context.Context, d *Device, ks *Kernels, b *bundle.Bundle) (
 	return t, nil
 }
 
+// Load is LoadTarget followed by the check that the programs can run the bundle (every
+// layer's tensors, stacks, shapes and transforms; errors name the layer and tensor): the
+// Target it returns owns d (its Close closes d). On an error d is left open.
+func Load(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error) {
+	t, err := LoadTarget(ctx, d, b)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := t.plan(); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
+	}
+	t.owned = true
+	return t, nil
+}
+
 // Config returns the model's configuration.
 func (t *Target) Config() model.Config { return t.Cfg }
 
@@ -153,6 +161,16 @@ func (t *Target) Config() model.Config { return t.Cfg }
 func (t *Target) Matrix(name string) (*Matrix, bool) {
 	m, ok := t.mats[name]
 	return m, ok
+}
+
+// MatrixNames returns the runtime names of the target's packed matrices, sorted.
+func (t *Target) MatrixNames() []string {
+	names := make([]string, 0, len(t.mats))
+	for n := range t.mats {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // Vector returns the device address and length (floats) of the float32 vector called name
@@ -174,7 +192,7 @@ func (t *Target) TensorAt(name string) (uint64, bool) {
 	return t.Weights.At(bt.Offset), true
 }
 
-// Close frees the device buffers (not the bundle, the kernels or the device).
+// Close frees the device buffers (not the bundle; the device only when the Target owns it: Load).
 func (t *Target) Close() error {
 	var err error
 	for _, d := range t.drafts {
@@ -195,9 +213,6 @@ func (t *Target) Close() error {
 	}
 	if t.owned {
 		t.owned = false
-		if e := t.Kernels.Unload(); err == nil {
-			err = e
-		}
 		if e := t.Device.Close(); err == nil {
 			err = e
 		}
@@ -205,14 +220,7 @@ func (t *Target) Close() error {
 	return err
 }
 
-// ReadBandwidthGBs measures the device's streaming read bandwidth (the median of 5 reads of
-// 4 GiB, many times the L2, with the device-check kernel; GB = 1e9 bytes): the floor that
-// lithos-run bench compares passes with (generate.BandwidthMeter). It allocates 4 GiB of
-// device memory for the run.
-func (t *Target) ReadBandwidthGBs() (float64, error) {
-	b, err := t.Device.ReadBandwidth(4<<30, 5)
-	if err != nil {
-		return 0, err
-	}
-	return b.GBps(), nil
-}
+// ReadBandwidthGBs measures the device's streaming read bandwidth (Device.ReadBandwidthGBs;
+// GB = 1e9 bytes): the floor that lithos-run bench compares passes with
+// (generate.BandwidthMeter).
+func (t *Target) ReadBandwidthGBs() (float64, error) { return t.Device.ReadBandwidthGBs() }

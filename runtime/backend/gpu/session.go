@@ -1,6 +1,4 @@
-//go:build linux && amd64
-
-package cuda
+package gpu
 
 import (
 	"context"
@@ -18,36 +16,37 @@ import (
 
 // Session is one sequence on the GPU (backend.Session): the step state words (ctl) and every
 // activation, KV cache and two-slot GDN/conv state in device memory, the token ring in mapped
-// pinned host memory that the device writes directly. Each step is a recorded program replayed
-// as a CUDA graph: decode (lithos_step StepBegin → the model over the anchor row → LM head →
+// host memory that the device writes directly. Each step is a recorded program replayed
+// (Queue.Record: a CUDA graph, a Metal indirect command buffer): decode (lithos_step StepBegin → the model over the anchor row → LM head →
 // argmax → StepAccept, which pushes the token, commits the position and sets done on EOS,
 // StopAt, a full ring or a full context) and prefill chunks of at most MaxStepRows rows
 // (StepPrefill; the last chunk runs the head and pushes the first token). Inside a call the host
 // only queues: Prefill queues every chunk (each with its host-written Rows/Pending/PrefillLeft
-// words copied on the same stream) and Decode(k) queues k replays; the one wait is at the end,
-// bounded by the device's Timeout. Between calls the host's StepState is synchronised with
+// words copied on the same queue) and Decode(k) queues k replays; the one wait is at the end,
+// bounded by the device's default bound. Between calls the host's StepState is synchronised with
 // the device's words and the ring's new slots are mirrored into Ring().
 //
 // Tokens are the argmax at temperature 0 and lithos_sample's counter-based draw otherwise
 // (runtime/sample's rule, at the position the token will occupy). With a drafter (a DSpark head
 // of the same Target, LoadDraft) a decode step is the speculative round, one recorded program
-// (buildRound: draft, verify, accept, commit replay, append) replayed as one CUDA graph per round;
+// (buildRound: draft, verify, accept, commit replay, append) replayed as one recording per round;
 // its counters and device times are kept in a stats buffer next to the step state.
 type Session struct {
 	t     *Target
-	d     *Device
-	s     *Stream
+	d     Device
+	s     Queue
+	pfx   string // error prefix ("cuda")
 	opt   backend.SessionOptions
 	ss    *backend.StepState
 	ring  *backend.Ring
 	words stepWords
 	plans []layerPlan
-	// useGraphs replays captured CUDA graphs (the default); false launches the kernels one by
-	// one (tests compare the two).
+	// useGraphs replays recorded programs (Queue.Record: the default); false launches the
+	// kernels one by one (tests compare the two).
 	useGraphs bool
 
 	ctl       *Buffer     // step-state words
-	ctlHost   *HostBuffer // pinned staging of the step state and the per-chunk words
+	ctlHost   *HostBuffer // host staging of the step state and the per-chunk words
 	ringHost  *HostBuffer // the token ring, mapped: [RingCapacity] u64
 	eos       *Buffer
 	targets   *Buffer // i32 [MaxStepRows]
@@ -124,10 +123,13 @@ func confStop32(thr float64) float32 {
 // point-mass rule, DraftArgmax, is), state that does not fit the free device memory (checked
 // before allocating).
 func (t *Target) NewSession(opt backend.SessionOptions) (backend.Session, error) {
-	return t.newSession(opt, true)
+	return t.NewDeviceSession(opt, true)
 }
 
-func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, error) {
+// NewDeviceSession is NewSession returning the *Session; replay false launches every step's
+// kernels one by one instead of replaying recorded programs (tests compare the two).
+func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Session, error) {
+	graphs := replay
 	c := &t.Cfg
 	if err := opt.Normalize(c.Vocab); err != nil {
 		return nil, err
@@ -136,17 +138,17 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 	if opt.Drafter != nil {
 		var ok bool
 		if dr, ok = opt.Drafter.(*DSpark); !ok || dr.t != t {
-			return nil, fmt.Errorf("cuda: session: the drafter %T is not a DSpark head loaded by this CUDA target (Target.LoadDraft); the GPU drafts only with its own", opt.Drafter)
+			return nil, fmt.Errorf("%s: session: the drafter %T is not a DSpark head loaded by this %s target (Target.LoadDraft); the GPU drafts only with its own", t.pfx, opt.Drafter, t.Device.Name())
 		}
 		if dr.vecs == nil {
-			return nil, errors.New("cuda: session: the draft head was released (its target is closed)")
+			return nil, fmt.Errorf("%s: session: the draft head was released (its target is closed)", t.pfx)
 		}
 		if opt.DraftSampling == backend.DraftSample && !opt.Sampling.Greedy() {
-			return nil, errors.New("cuda: session: sampled drafts (--draft-sampling sample, the min(1, p/q) rule) do not run on the CUDA backend yet; the point-mass rule (--draft-sampling argmax, the default) does, with the same output distribution")
+			return nil, fmt.Errorf("%s: session: sampled drafts (--draft-sampling sample, the min(1, p/q) rule) do not run on the %s backend yet; the point-mass rule (--draft-sampling argmax, the default) does, with the same output distribution", t.pfx, t.Device.Name())
 		}
 	}
 	if opt.Capacity > 1<<24 {
-		return nil, fmt.Errorf("cuda: session: context %d is past the kernels' 32-bit offsets", opt.Capacity)
+		return nil, fmt.Errorf("%s: session: context %d is past the kernels' 32-bit offsets", t.pfx, opt.Capacity)
 	}
 	tmax := max(opt.PrefillChunk, backend.DecodeRows)
 	words, err := newStepWords(tmax)
@@ -157,7 +159,7 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", t.Bundle.Dir, err)
 	}
-	s := &Session{t: t, d: t.Device, opt: opt, words: words, plans: plans, useGraphs: graphs,
+	s := &Session{t: t, d: t.Device, pfx: t.pfx, opt: opt, words: words, plans: plans, useGraphs: graphs,
 		ss: backend.NewStepState(tmax, opt.Sampling.Seed), ring: backend.NewRing(opt.RingCapacity), prefill: map[[2]int]*program{}}
 	s.ss.Anchor = -1
 	// Sizes (floats) of the scratch, for MaxStepRows rows.
@@ -245,7 +247,7 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 		s.Close()
 		return nil, err
 	}
-	if s.s, err = s.d.NewStream(); err != nil {
+	if s.s, err = s.d.NewQueue(); err != nil {
 		return fail(err)
 	}
 	for _, z := range sizes {
@@ -315,7 +317,7 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 		if sp.stats, err = zero(4 * int64(nst)); err != nil {
 			return fail(err)
 		}
-		if sp.statsHost, err = s.d.HostAlloc(4*int64(nst), false, false); err != nil {
+		if sp.statsHost, err = s.d.HostAlloc(4*int64(nst), false); err != nil {
 			return fail(err)
 		}
 		for _, b := range []*Buffer{sp.conf, sp.cin} {
@@ -329,10 +331,10 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 	if s.ctl, err = zero(int64(4 * (words.Words + 4))); err != nil {
 		return fail(err)
 	}
-	if s.ctlHost, err = s.d.HostAlloc(int64(4*words.Words)*(1+8192), false, false); err != nil {
+	if s.ctlHost, err = s.d.HostAlloc(int64(4*words.Words)*(1+8192), false); err != nil {
 		return fail(err)
 	}
-	if s.ringHost, err = s.d.HostAlloc(8*int64(opt.RingCapacity), true, false); err != nil {
+	if s.ringHost, err = s.d.HostAlloc(8*int64(opt.RingCapacity), true); err != nil {
 		return fail(err)
 	}
 	clear(s.ringHost.Bytes)
@@ -351,7 +353,7 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 		return fail(fmt.Errorf("bundle %s: no final norm vector", t.Bundle.Dir))
 	}
 	if s.head, ok = t.mats["lm_head"]; !ok || int(s.head.Geometry.N) != c.Vocab || int(s.head.Geometry.K) != h {
-		return fail(fmt.Errorf("bundle %s: no packed lm_head [%d, %d] (tied embeddings do not run on CUDA yet)", t.Bundle.Dir, c.Vocab, h))
+		return fail(fmt.Errorf("bundle %s: no packed lm_head [%d, %d] (tied embeddings do not run on %s yet)", t.Bundle.Dir, c.Vocab, h, t.Device.Name()))
 	}
 	emb, ok := t.Bundle.Tensor("embed_tokens")
 	if !ok || len(emb.Shape) != 2 || emb.Shape[0] != int64(c.Vocab) || emb.Shape[1] != int64(h) {
@@ -363,7 +365,7 @@ func (t *Target) newSession(opt backend.SessionOptions, graphs bool) (*Session, 
 	case "F32":
 		s.embDType = 0
 	default:
-		return fail(fmt.Errorf("bundle %s: tensor embed_tokens is %s; the CUDA gather reads BF16 or F32", t.Bundle.Dir, emb.Format))
+		return fail(fmt.Errorf("bundle %s: tensor embed_tokens is %s; the %s gather reads BF16 or F32", t.Bundle.Dir, emb.Format, t.Device.Name()))
 	}
 	if s.spec != nil {
 		if s.spec.round, err = s.buildRound(); err != nil {
@@ -386,8 +388,8 @@ func (s *Session) Ring() *backend.Ring { return s.ring }
 
 // Stats returns the decode telemetry: with a drafter the round's counters and device times as
 // lithos_round kept them (DraftTime: the drafter's block, chain and append; VerifyTime: the
-// verify pass, accept scan and commit replay; CUDA's %globaltimer); without one PlainSteps and
-// VerifyTime, the wall time of the Decode calls.
+// verify pass, accept scan and commit replay; the device's clock: %globaltimer on CUDA);
+// without one PlainSteps and VerifyTime, the wall time of the Decode calls.
 func (s *Session) Stats() backend.RoundStats {
 	r := s.stats
 	r.Committed, r.Drafted, r.Accepted = slices.Clone(r.Committed), slices.Clone(r.Drafted), slices.Clone(r.Accepted)
@@ -415,8 +417,37 @@ func (s *Session) readStats(b []byte) {
 	st.DraftTime, st.VerifyTime = time.Duration(u64(tw+6)), time.Duration(u64(tw+8))
 }
 
-// pushState copies the host's step state to the device words, on the session stream.
-func (s *Session) pushState() error {
+// Queue returns the session's queue (benchmarks time device work on it).
+func (s *Session) Queue() Queue { return s.s }
+
+// QueueStep queues one decode step without waiting: the speculative round with a drafter,
+// else the plain decode step (replayed, or launched one by one). Prefill and Decode do this
+// between PushState and PullState; benchmarks call the three directly.
+func (s *Session) QueueStep() error {
+	if s.spec != nil {
+		return s.run(s.spec.round)
+	}
+	return s.run(s.decode)
+}
+
+// Logits returns the buffer the LM head wrote in the last step: float32 [rows, vocab], a plain
+// step's (decode, the last prefill chunk) one row at 0, a round's 1+B verified rows (tests
+// compare it with a reference).
+func (s *Session) Logits() *Buffer { return s.logits }
+
+// DraftOutputs returns, for a session with a drafter, the block size B and the buffers the
+// last round's drafter wrote: the Markov-adjusted logits [B, vocab] and the confidence head's
+// dot products [B] (float32; tests compare them with a reference). ok is false without a
+// drafter.
+func (s *Session) DraftOutputs() (block int, logits, conf *Buffer, ok bool) {
+	if s.spec == nil {
+		return 0, nil, nil, false
+	}
+	return s.spec.block, s.spec.base, s.spec.conf, true
+}
+
+// PushState queues the copy of the host's step state to the device words, on the session queue.
+func (s *Session) PushState() error {
 	b, err := s.ss.MarshalBinary()
 	if err != nil {
 		return err
@@ -425,9 +456,9 @@ func (s *Session) pushState() error {
 	return s.s.CopyHtoD(s.ctl, 0, s.ctlHost, 0, int64(len(b)))
 }
 
-// pullState waits for the stream, reads the device words into the host's step state and
+// PullState waits for the queue, reads the device words into the host's step state and
 // mirrors the ring slots the device wrote.
-func (s *Session) pullState() error {
+func (s *Session) PullState() error {
 	n := int64(4 * s.words.Words)
 	if err := s.s.CopyDtoH(s.ctlHost, 0, s.ctl, 0, n); err != nil {
 		return err
@@ -452,12 +483,12 @@ func (s *Session) pullState() error {
 	for h := head0; h != s.ss.RingHead; h++ {
 		v := binary.LittleEndian.Uint64(s.ringHost.Bytes[8*(h%cap):])
 		if uint32(v>>32) != h+1 {
-			return fmt.Errorf("cuda: ring slot %d holds sequence %d, want %d", h%cap, v>>32, h+1)
+			return fmt.Errorf("%s: ring slot %d holds sequence %d, want %d", s.pfx, h%cap, v>>32, h+1)
 		}
 		tmp.RingHead = h
 		tmp.RingTail = min(s.ss.RingTail, h) // the device checked the room already
 		if !s.ring.Push(&tmp, int32(uint32(v))) {
-			return fmt.Errorf("cuda: ring mirror overflow at %d", h)
+			return fmt.Errorf("%s: ring mirror overflow at %d", s.pfx, h)
 		}
 	}
 	return nil
@@ -490,14 +521,14 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32) error {
 	}
 	chunk := min(s.opt.PrefillChunk, MaxStepRows)
 	steps := (len(prompt) + chunk - 1) / chunk
-	if err := s.pushState(); err != nil {
+	if err := s.PushState(); err != nil {
 		return err
 	}
 	wb := int64(4 * s.words.Words)
 	slots := int64(len(s.ctlHost.Bytes))/wb - 1
 	for i := 0; i < steps; i++ {
 		if err := ctx.Err(); err != nil {
-			s.pullState()
+			s.PullState()
 			return err
 		}
 		rows := prompt[i*chunk : min((i+1)*chunk, len(prompt))]
@@ -520,7 +551,7 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32) error {
 		}
 		binary.LittleEndian.PutUint32(st[4*s.words.PrefillLeft:], uint32(left))
 		if s.words.Pending != s.words.Rows+1 {
-			return errors.New("cuda: step state layout: Pending does not follow Rows")
+			return fmt.Errorf("%s: step state layout: Pending does not follow Rows", s.pfx)
 		}
 		if err := s.s.CopyHtoD(s.ctl, 4*int64(s.words.Rows), s.ctlHost, off+4*int64(s.words.Rows), 4*int64(1+len(rows))); err != nil {
 			return err
@@ -532,7 +563,7 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32) error {
 			return err
 		}
 	}
-	return s.pullState()
+	return s.PullState()
 }
 
 func (s *Session) prefillProgram(n int, last bool) (*program, error) {
@@ -567,7 +598,7 @@ func (s *Session) Decode(ctx context.Context, steps int) error {
 		return err
 	}
 	start := time.Now()
-	if err := s.pushState(); err != nil {
+	if err := s.PushState(); err != nil {
 		return err
 	}
 	if s.spec != nil {
@@ -576,7 +607,7 @@ func (s *Session) Decode(ctx context.Context, steps int) error {
 				return err
 			}
 		}
-		return s.pullState()
+		return s.PullState()
 	}
 	for range steps {
 		if err := s.run(s.decode); err != nil {
@@ -584,7 +615,7 @@ func (s *Session) Decode(ctx context.Context, steps int) error {
 		}
 	}
 	step0 := s.ss.Step
-	if err := s.pullState(); err != nil {
+	if err := s.PullState(); err != nil {
 		return err
 	}
 	s.stats.PlainSteps += int(s.ss.Step - step0)
@@ -627,6 +658,9 @@ func (s *Session) Close() error {
 	}
 	s.ctlHost.Free()
 	s.ringHost.Free()
+	if s.s == nil {
+		return nil
+	}
 	return s.s.Close()
 }
 

@@ -1,0 +1,105 @@
+//go:build linux && amd64
+
+package cuda
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"lithos/runtime/backend/gpu"
+
+	"golang.org/x/sys/unix"
+)
+
+// Runtime returns the gpu.Device over an open GPU and its loaded kernel module: what the
+// device-neutral runtime (lithos/runtime/backend/gpu: Target, Session, the DSpark head, the
+// programs) runs on. Queues are streams, Queue.Record is stream capture into a CUDA graph,
+// kernels are launched through ks (Kernels.Launch). Its Close unloads ks and closes d.
+func Runtime(d *Device, ks *Kernels) gpu.Device { return &runtimeDevice{d: d, ks: ks} }
+
+// runtimeDevice is gpu.Device over the driver layer.
+type runtimeDevice struct {
+	d  *Device
+	ks *Kernels
+}
+
+func (r *runtimeDevice) Name() string                           { return "CUDA" }
+func (r *runtimeDevice) Fit(what string, need int64) error      { return r.d.Fit(what, need) }
+func (r *runtimeDevice) Alloc(size int64) (*gpu.Buffer, error)  { return r.d.Alloc(size) }
+func (r *runtimeDevice) Upload(src []byte) (*gpu.Buffer, error) { return r.d.Upload(src) }
+func (r *runtimeDevice) HostAlloc(size int64, mapped bool) (*gpu.HostBuffer, error) {
+	return r.d.HostAlloc(size, mapped, false)
+}
+
+// UploadStaged asks the kernel to read the mapping ahead (it is read once, front to back),
+// then stages it through pinned memory (Device.UploadStaged).
+func (r *runtimeDevice) UploadStaged(ctx context.Context, dst *gpu.Buffer, src []byte, desc string) (gpu.UploadStats, error) {
+	if len(src) > 0 {
+		unix.Madvise(src, unix.MADV_SEQUENTIAL)
+		unix.Madvise(src, unix.MADV_WILLNEED)
+	}
+	return r.d.UploadStaged(ctx, dst, src, desc)
+}
+
+func (r *runtimeDevice) NewQueue() (gpu.Queue, error) {
+	s, err := r.d.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	return &queue{s: s, ks: r.ks}, nil
+}
+
+// ReadBandwidthGBs is the median of 5 reads of 4 GiB (many times the L2) with the device-check
+// kernel (Device.ReadBandwidth); it allocates 4 GiB of device memory for the run.
+func (r *runtimeDevice) ReadBandwidthGBs() (float64, error) {
+	b, err := r.d.ReadBandwidth(4<<30, 5)
+	if err != nil {
+		return 0, err
+	}
+	return b.GBps(), nil
+}
+
+func (r *runtimeDevice) Close() error { return errors.Join(r.ks.Unload(), r.d.Close()) }
+
+// queue is gpu.Queue over a stream.
+type queue struct {
+	s  *Stream
+	ks *Kernels
+}
+
+func (q *queue) Launch(kernel string, grid [3]uint32, ctl, prm uint64, bufs ...uint64) error {
+	return q.ks.Launch(q.s, kernel, grid, ctl, prm, bufs...)
+}
+func (q *queue) CopyHtoD(dst *gpu.Buffer, dstOff int64, src *gpu.HostBuffer, srcOff, n int64) error {
+	return q.s.CopyHtoD(dst, dstOff, src, srcOff, n)
+}
+func (q *queue) CopyDtoH(dst *gpu.HostBuffer, dstOff int64, src *gpu.Buffer, srcOff, n int64) error {
+	return q.s.CopyDtoH(dst, dstOff, src, srcOff, n)
+}
+func (q *queue) Fill32(dst *gpu.Buffer, off, words int64, value uint32) error {
+	return q.s.Fill32(dst, off, words, value)
+}
+func (q *queue) Wait(timeout time.Duration) error { return q.s.Wait(timeout) }
+func (q *queue) Close() error                     { return q.s.Close() }
+
+// Record captures the launches enqueue queues on the stream into a CUDA graph (Stream.Capture).
+func (q *queue) Record(enqueue func() error) (gpu.Replay, error) {
+	g, err := q.s.Capture(enqueue)
+	if err != nil {
+		return nil, err
+	}
+	return &graphReplay{g}, nil
+}
+
+// graphReplay is gpu.Replay over an instantiated graph.
+type graphReplay struct{ g *Graph }
+
+func (r *graphReplay) Launch(q gpu.Queue) error {
+	cq, ok := q.(*queue)
+	if !ok {
+		return errors.New("cuda: replay of a CUDA graph on a queue of another device")
+	}
+	return r.g.Launch(cq.s)
+}
+func (r *graphReplay) Close() error { return r.g.Close() }

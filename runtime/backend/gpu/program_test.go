@@ -1,0 +1,114 @@
+package gpu
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"lithos/kernels"
+)
+
+// TestStepWords: the word indexes found by marshalling match docs/runtime.md §4 (TMax 8).
+func TestStepWords(t *testing.T) {
+	w, err := newStepWords(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := stepWords{Step: 0, Position: 1, Rows: 2, Pending: 3, SeedLo: 11, Anchor: 13, Accepted: 14, Committed: 15,
+		PrefillLeft: 16, Done: 17, Error: 18, RingHead: 19, RingTail: 20, StopAt: 21, DraftLen: 22, DraftContext: 23, Words: w.Words}
+	if w != want || w.Words < 24 {
+		t.Fatalf("step words %+v, want %+v", w, want)
+	}
+}
+
+// badRecord is a parameter record whose Validate refuses it; ptrRecord one whose Validate
+// (on a pointer) refuses it.
+type (
+	badRecord struct{ kernels.CopyParams }
+	ptrRecord struct{ kernels.CopyParams }
+)
+
+func (badRecord) Validate() error  { return errors.New("N is 0") }
+func (*ptrRecord) Validate() error { return errors.New("LdX < N") }
+
+// TestBuilderChecks: a null buffer and a record that Validate rejects stop the build with an
+// error naming the program, the op and the kernel; launches after the first error are dropped.
+func TestBuilderChecks(t *testing.T) {
+	rec := kernels.CopyParams{DoneWord: kernels.NoWord, Rows: 1, RowsWord: kernels.NoWord, N: 4, LdX: 4, LdY: 4}
+	b := &builder{p: &program{name: "decode(1 rows)"}, pfx: "cuda", what: "layer 3 (full_attention): o_proj"}
+	b.add("lithos_copy", rec, rec.Grid(), 16, 32)
+	if b.err != nil || len(b.p.launches) != 1 || b.p.recs.Len() == 0 {
+		t.Fatalf("a valid launch: err %v, %d launches", b.err, len(b.p.launches))
+	}
+	b.add("lithos_copy", badRecord{rec}, rec.Grid(), 16, 32)
+	want := "cuda: program decode(1 rows): layer 3 (full_attention): o_proj: lithos_copy: N is 0"
+	if b.err == nil || b.err.Error() != want {
+		t.Fatalf("Validate refusing: %v, want %q", b.err, want)
+	}
+	b.add("lithos_copy", rec, rec.Grid(), 16, 32)
+	if len(b.p.launches) != 1 {
+		t.Fatalf("%d launches after an error, want 1", len(b.p.launches))
+	}
+	b = &builder{p: &program{name: "prefill(3 rows, last true)"}, pfx: "cuda", what: "embedding"}
+	b.add("lithos_copy", ptrRecord{rec}, rec.Grid(), 16, 32)
+	if b.err == nil || !strings.HasSuffix(b.err.Error(), "embedding: lithos_copy: LdX < N") {
+		t.Fatalf("Validate on a pointer refusing: %v", b.err)
+	}
+	b = &builder{p: &program{name: "round(8 rows)"}, pfx: "metal", what: "draft: lm_head"}
+	b.add("lithos_copy", rec, rec.Grid(), 16, 0)
+	if b.err == nil || !strings.Contains(b.err.Error(), "metal: program round(8 rows): draft: lm_head: lithos_copy buffer 1 is null") {
+		t.Fatalf("null buffer: %v", b.err)
+	}
+}
+
+// fakeOwner counts the frees of buffers it owns.
+type fakeOwner struct{ buffers, hosts int }
+
+func (f *fakeOwner) FreeBuffer(*Buffer) error   { f.buffers++; return nil }
+func (f *fakeOwner) FreeHost(*HostBuffer) error { f.hosts++; return nil }
+
+// TestBufferFree: Free calls the owner once, a view cannot be freed, Slice checks its range.
+func TestBufferFree(t *testing.T) {
+	o := &fakeOwner{}
+	b := &Buffer{Ptr: 0x1000, Size: 64, Owner: o}
+	v, err := b.Slice(16, 48)
+	if err != nil || v.Ptr != 0x1010 || v.Size != 48 || v.At(4) != 0x1014 {
+		t.Fatalf("slice: %+v, %v", v, err)
+	}
+	if _, err := b.Slice(16, 49); err == nil {
+		t.Fatal("a slice past the end was accepted")
+	}
+	if err := v.Free(); err == nil {
+		t.Fatal("freeing a view succeeded")
+	}
+	if b.Free() != nil || b.Free() != nil || o.buffers != 1 || b.Ptr != 0 {
+		t.Fatalf("two Frees: %d owner frees, Ptr %#x", o.buffers, b.Ptr)
+	}
+	h := &HostBuffer{Bytes: make([]byte, 8), DevPtr: 0x2000, Owner: o}
+	if h.Free() != nil || h.Free() != nil || o.hosts != 1 || h.Bytes != nil || h.DevPtr != 0 {
+		t.Fatalf("two host Frees: %d owner frees", o.hosts)
+	}
+	var nb *Buffer
+	if nb.Free() != nil {
+		t.Fatal("Free of nil failed")
+	}
+}
+
+// TestRecordsAlign: records start at multiples of Align (16 by default, 256 for a device that
+// asks, as Metal's constant-space offsets need), each holding kernels.Record's bytes.
+func TestRecordsAlign(t *testing.T) {
+	rec := kernels.CopyParams{DoneWord: kernels.NoWord, Rows: 3, RowsWord: kernels.NoWord, N: 4, LdX: 4, LdY: 4}
+	size := int64(len(kernels.Record(rec)))
+	for _, c := range []struct{ align, want int64 }{{0, (size + 15) / 16 * 16}, {256, 256}} {
+		r := Records{Align: c.align}
+		if off := r.Add(rec); off != 0 {
+			t.Fatalf("align %d: first record at %d", c.align, off)
+		}
+		if off := r.Add(rec); off != c.want {
+			t.Fatalf("align %d: second record at %d, want %d", c.align, off, c.want)
+		}
+		if r.Len() != c.want+(size+15)/16*16 {
+			t.Fatalf("align %d: %d bytes", c.align, r.Len())
+		}
+	}
+}
