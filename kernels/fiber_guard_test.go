@@ -306,3 +306,60 @@ func TestFiberStepGuards(t *testing.T) {
 		})
 	}
 }
+
+// TestFiberKVAppendGuard: rows whose positions pass the caches' Capacity rows write nothing (the
+// cache rows past Capacity are canaries) and set Error = GuardKVAppend, Done = 1; the rows up to
+// Capacity are appended.
+func TestFiberKVAppendGuard(t *testing.T) {
+	const capacity, extra, width, rows = 12, 4, 40, 3
+	const doneW, posW = 10, 1
+	r := rand.New(rand.NewPCG(43, 44))
+	k, v := randVec(r, rows*width, 1), randVec(r, rows*width, 1)
+	p := KVAppendParams{DoneWord: doneW, Rows: rows, RowsWord: NoWord, PosWord: posW, Width: width, LdK: width, LdV: width, LdC: width,
+		Capacity: capacity}
+	for _, c := range []struct {
+		name       string
+		done       uint32
+		pos        uint32
+		code, flag uint32
+	}{
+		{"up to capacity", doneW, capacity - rows, 0, 0},
+		{"one row past capacity", doneW, capacity - rows + 1, GuardKVAppend, 1},
+		{"position near 2³² (no wrap)", doneW, 0xFFFFFFFF, GuardKVAppend, 1},
+		{"no done word: nowhere to report", NoWord, capacity, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := p
+			q.DoneWord = c.done
+			ctl := make([]uint32, 64)
+			ctl[posW] = c.pos
+			cache := canary(4 * (capacity + extra) * width)
+			var j job
+			cb := j.buf(u32Bytes(ctl))
+			kb, vb := j.buf(cache), j.buf(cache)
+			j.launch(t, "lithos_kv_append", q.Grid(), cb, j.buf(Record(q)), j.f32(k), j.f32(v), kb, vb)
+			res := j.mustRun(t)
+			want := make([]uint32, 64)
+			want[posW] = c.pos
+			if c.done != NoWord {
+				want[doneW], want[doneW+1] = c.flag, c.code
+			}
+			if got := bytesU32(res[cb]); !equalU32(got, want) {
+				t.Fatalf("step state\n got %v\nwant %v", got, want)
+			}
+			for _, b := range []struct {
+				name string
+				got  []byte
+				rows []float32
+			}{{"kc", res[kb], k}, {"vc", res[vb], v}} {
+				wantCache := append([]byte(nil), cache...)
+				if c.code == 0 && c.done != NoWord {
+					copy(wantCache[4*int(c.pos)*width:], f32Bytes(b.rows))
+				}
+				if !bytes.Equal(b.got, wantCache) {
+					t.Errorf("%s: the cache is not as expected (appended rows only when in range, canaries past Capacity)", b.name)
+				}
+			}
+		})
+	}
+}

@@ -125,7 +125,8 @@ func TestFiberAttention(t *testing.T) {
 	ctl := make([]uint32, 64)
 	ctl[1] = p0
 	parts := uint32((p0 + rows + part - 1) / part)
-	kp := KVAppendParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, PosWord: 1, Width: uint32(kvRow), LdK: uint32(kvRow), LdV: uint32(kvRow), LdC: uint32(kvRow)}
+	kp := KVAppendParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, PosWord: 1, Width: uint32(kvRow), LdK: uint32(kvRow), LdV: uint32(kvRow), LdC: uint32(kvRow),
+		Capacity: capacity}
 	ap := AttnParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, PosWord: 1, Heads: 4, KVHeads: 2, HeadDim: 48,
 		LdQ: 192, LdO: 192, LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale}
 	var j job

@@ -107,6 +107,16 @@ const (
 // chunk by chunk, for all its simdgroups, so that cost is shared by BLMGroupBlocks blocks.
 const BLMThreads = 128
 
+// BLMRing is the depth of the BLM kernels' weight ring on the tensor-core path (CUDA): each
+// simdgroup keeps BLMRing − 1 quad-steps of weights in flight in threadgroup memory through
+// cp.async, instead of one in registers (docs/performance.md §3.3a). The source defines
+// BLM_RING from it; 0 selects the register prefetch.
+const BLMRing = 2
+
+// BLMRingBytes is the dynamic threadgroup memory of a BLM kernel's ring: per simdgroup and slot,
+// four 16-byte unit words and one 16-byte word of block-scale pairs per lane.
+const BLMRingBytes = BLMThreads / 32 * BLMRing * 5 * 32 * 16
+
 // BLMMaxWarpBlocks is the most 16-row blocks one simdgroup of a BLM kernel works on (the
 // kernels keep that many accumulator sets and prefetched unit words in registers).
 const BLMMaxWarpBlocks = 2
@@ -293,8 +303,9 @@ func (p AttnParams) GridPartial() [3]uint32 { return [3]uint32{p.Heads, p.Rows, 
 // GridMerge is (Heads, rows, 1).
 func (p AttnParams) GridMerge() [3]uint32 { return [3]uint32{p.Heads, p.Rows, 1} }
 
-// KVAppendParams: kc[(Pos + r)·LdC + i] = k[r·LdK + i], vc likewise, i < Width. Kernel
-// lithos_kv_append, buffers k, v, kc, vc.
+// KVAppendParams: kc[(Pos + r)·LdC + i] = k[r·LdK + i], vc likewise, i < Width. The caches
+// hold Capacity rows: positions past them are the kernel's guard (GuardKVAppend, validate.go).
+// Kernel lithos_kv_append, buffers k, v, kc, vc.
 type KVAppendParams struct {
 	DoneWord      uint32
 	Rows          uint32
@@ -302,6 +313,7 @@ type KVAppendParams struct {
 	Pos, PosWord  uint32
 	Width         uint32
 	LdK, LdV, LdC uint32
+	Capacity      uint32 // rows of kc and vc
 }
 
 // Grid is ⌈Width/kvAppendThreads⌉ × rows (one thread per element).

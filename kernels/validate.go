@@ -52,6 +52,9 @@ const (
 	// GuardAttnMerge: lithos_attn_merge found the same (it would merge fewer partitions than
 	// the row's keys fill).
 	GuardAttnMerge = 21
+	// GuardKVAppend: lithos_kv_append found the rows' positions, Pos … Pos + rows − 1, past
+	// the caches' Capacity rows.
+	GuardKVAppend = 22
 )
 
 // maxGridYZ and maxGridX are CUDA's grid limits (stricter than Metal's).
@@ -396,23 +399,23 @@ func (p AttnParams) Validate() error {
 	return c.err()
 }
 
-// Validate checks the record against the rules of lithos_kv_append: Rows, Width ≥ 1; k, v
-// ([Rows, LdK / LdV], Width values) within 32-bit offsets; the caches' rows apart (LdC ≥
-// Width) and, with a fixed position, (Pos + Rows − 1)·LdC + Width within 32-bit offsets. The
-// caches' capacity is not in the record: a dynamic position past it is not caught here nor
-// in the kernel (the host's step control keeps Position + Rows ≤ Capacity; lithos_step's guard
-// GuardStepPosition stops a commit past it).
+// Validate checks the record against the rules of lithos_kv_append: Rows, Width, Capacity ≥
+// 1; k, v ([Rows, LdK / LdV], Width values) and the caches ([Capacity, LdC]) within 32-bit
+// offsets; the caches' rows apart (LdC ≥ Width); with a fixed position, Pos + Rows ≤ Capacity
+// (a dynamic position is the kernel's guard, GuardKVAppend).
 func (p KVAppendParams) Validate() error {
 	c := vcheck{rec: "KVAppendParams"}
 	c.done(p.DoneWord)
 	c.positive("Rows", p.Rows)
 	c.positive("Width", p.Width)
+	c.positive("Capacity", p.Capacity)
 	rows, w := uint64(p.Rows), uint64(p.Width)
 	c.span("LdK", rows, uint64(p.LdK), w, "(Rows−1)·LdK + Width")
 	c.span("LdV", rows, uint64(p.LdV), w, "(Rows−1)·LdV + Width")
 	c.apart("LdC", p.Rows, uint64(p.LdC), w, "Width")
-	if p.PosWord == NoWord {
-		c.span("LdC", uint64(p.Pos)+rows, uint64(p.LdC), w, "(Pos+Rows−1)·LdC + Width")
+	c.span("LdC", uint64(p.Capacity), uint64(p.LdC), w, "(Capacity−1)·LdC + Width")
+	if p.PosWord == NoWord && uint64(p.Pos)+rows > uint64(p.Capacity) {
+		c.failf("Capacity", "is %d < Pos + Rows = %d: rows past the caches", p.Capacity, uint64(p.Pos)+rows)
 	}
 	c.grid(p.Grid(), [3]string{"Width", "Rows", ""})
 	return c.err()

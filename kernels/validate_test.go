@@ -98,7 +98,7 @@ func backendRecords(t *testing.T, n int) []validator {
 		RMSNormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: s27KV, N: s27HD, LdX: nq, LdZ: nq, LdY: kvd, Eps: 1e-6},
 		RopeParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27Heads, HeadDim: s27HD, RotDim: s27Rot, Ld: qd},
 		RopeParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27KV, HeadDim: s27HD, RotDim: s27Rot, Ld: kvd},
-		KVAppendParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Width: kvd, LdK: kvd, LdV: nq, LdC: kvd},
+		KVAppendParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Width: kvd, LdK: kvd, LdV: nq, LdC: kvd, Capacity: s27Cap},
 		AttnParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27Heads, KVHeads: s27KV, HeadDim: s27HD,
 			LdQ: qd, LdO: qd, LdKV: kvd, Part: s27Part, Parts: parts, Scale: 1.0 / 16},
 		EwiseParams{DoneWord: done, Rows: s27Heads, RowsWord: nw, N: s27HD, LdA: s27HD, LdB: 2 * s27HD, LdY: s27HD, Mode: EwSigGate},
@@ -109,7 +109,7 @@ func backendRecords(t *testing.T, n int) []validator {
 		RopeScaledParams{DoneWord: done, Rows: s27B, RowsWord: nw, PosWord: sw.WPosition, Heads: s27DHeads, HeadDim: s27DHD, RotDim: s27DHD,
 			Ld: s27DHeads * s27DHD, Scale: 1},
 		KVAppendParams{DoneWord: done, Rows: s27B, RowsWord: nw, PosWord: sw.WPosition, Width: s27DKV * s27DHD, LdK: s27DKV * s27DHD,
-			LdV: (s27DHeads + 2*s27DKV) * s27DHD, LdC: s27DKV * s27DHD},
+			LdV: (s27DHeads + 2*s27DKV) * s27DHD, LdC: s27DKV * s27DHD, Capacity: s27Cap + s27B},
 		AttnParams{DoneWord: done, Rows: 1, RowsWord: nw, PosWord: nwords + 1, Heads: s27DHeads, KVHeads: s27DKV, HeadDim: s27DHD,
 			LdQ: s27DHeads * s27DHD, LdO: s27DHeads * s27DHD, LdKV: s27DKV * s27DHD, Part: s27Part, Parts: (s27Cap + s27B + s27Part - 1) / s27Part,
 			Scale: float32(1 / math.Sqrt(s27DHD))},
@@ -170,7 +170,7 @@ func TestValidateRules(t *testing.T) {
 	conv := ConvParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Channels: 300, KernelSize: 4, WriteOut: 1, LdX: 300, LdY: 300}
 	at := AttnParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Heads: 4, KVHeads: 2, HeadDim: 48,
 		LdQ: 192, LdO: 192, LdKV: 96, Part: 32, Parts: 3, Scale: 0.1}
-	kv := KVAppendParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Width: 96, LdK: 96, LdV: 96, LdC: 96}
+	kv := KVAppendParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Width: 96, LdK: 96, LdV: 96, LdC: 96, Capacity: 80}
 	ga := GatherParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Width: 70, Vocab: 50, DType: 1, LdY: 70}
 	gg := GDNGatesParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Heads: 8, LdA: 16, LdB: 16, LdOut: 8}
 	l2 := L2NormParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Groups: 3, D: 40, Ld: 120, Eps: 1e-6, Post: 1}
@@ -272,7 +272,10 @@ func TestValidateRules(t *testing.T) {
 		{"kv ok", kv, ""},
 		{"kv width 0", mut(kv, func(p *KVAppendParams) { p.Width = 0 }), "KVAppendParams.Width: is 0"},
 		{"kv cache rows overlap", mut(kv, func(p *KVAppendParams) { p.LdC = 48 }), "KVAppendParams.LdC: is 48 < Width = 96"},
-		{"kv fixed position wraps", mut(kv, func(p *KVAppendParams) { p.Pos = 1 << 26 }), "KVAppendParams.LdC: (Pos+Rows−1)·LdC + Width"},
+		{"kv capacity 0", mut(kv, func(p *KVAppendParams) { p.Capacity = 0 }), "KVAppendParams.Capacity: is 0"},
+		{"kv fixed position past the caches", mut(kv, func(p *KVAppendParams) { p.Pos = 78 }), "KVAppendParams.Capacity: is 80 < Pos + Rows = 81"},
+		{"kv dynamic position: the kernel's guard", mut(kv, func(p *KVAppendParams) { p.Pos, p.PosWord = 78, 1 }), ""},
+		{"kv caches wrap", mut(kv, func(p *KVAppendParams) { p.Capacity = 1 << 26 }), "KVAppendParams.LdC: (Capacity−1)·LdC + Width"},
 
 		{"gather ok", ga, ""},
 		{"gather dtype", mut(ga, func(p *GatherParams) { p.DType = 2 }), "GatherParams.DType: is 2"},
@@ -343,7 +346,7 @@ func TestValidateRules(t *testing.T) {
 func TestGuardCodesMatchKernels(t *testing.T) {
 	want := map[string]int{"GUARD_STEP_ROWS": GuardStepRows, "GUARD_STEP_POSITION": GuardStepPosition,
 		"GUARD_ROUND_DRAFTS": GuardRoundDrafts, "GUARD_ROUND_POSITION": GuardRoundPosition,
-		"GUARD_ATTN_PARTIAL": GuardAttnPartial, "GUARD_ATTN_MERGE": GuardAttnMerge}
+		"GUARD_ATTN_PARTIAL": GuardAttnPartial, "GUARD_ATTN_MERGE": GuardAttnMerge, "GUARD_KV_APPEND": GuardKVAppend}
 	got := map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^#define (GUARD_[A-Z_]+) (\d+)u$`).FindAllStringSubmatch(mustRead("ops/common.kern"), -1) {
 		v, _ := strconv.Atoi(m[2])

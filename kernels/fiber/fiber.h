@@ -122,8 +122,12 @@ struct Runtime {
 
 static Runtime rt;
 
-// Metal's threadgroup memory limit (maxThreadgroupMemoryLength on Apple GPUs; issue 11).
-static const size_t kTgBytes = 32768;
+// Metal's threadgroup memory limit (maxThreadgroupMemoryLength on Apple GPUs; issue 11), or the
+// one the source sets: the LITHOS_BLM_MMA test build emulates the CUDA path and sets CUDA's.
+#ifndef LITHOS_TG_BYTES
+#define LITHOS_TG_BYTES 32768
+#endif
+static const size_t kTgBytes = LITHOS_TG_BYTES;
 static const uint32_t kTgPoison = 0x7FC0DEADu;  // a quiet NaN as float
 alignas(64) static unsigned char tg_mem[kTgBytes];
 
@@ -260,7 +264,7 @@ void* tg_alloc(size_t bytes, size_t align, const char* file, int line, const cha
     size_t off = (rt.tg_used + align - 1) / align * align;
     if (align > 64 || off + bytes > kTgBytes) {
         char b[512];
-        std::snprintf(b, sizeof b, "threadgroup array %s (%zu bytes, %s:%d) does not fit: %zu bytes already used of Metal's %zu", name, bytes,
+        std::snprintf(b, sizeof b, "threadgroup array %s (%zu bytes, %s:%d) does not fit: %zu bytes already used of the limit %zu", name, bytes,
                       file, line, rt.tg_used, kTgBytes);
         fail(b);
     }

@@ -55,5 +55,27 @@ FN void blm_mma(THR float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, u3
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+// Asynchronous global → threadgroup copies (sm_80 cp.async) for the BLM kernels' weight ring:
+// blm_cp16 (16 bytes, L2 only: .cg) and blm_cp4 (4 bytes, .ca) queue a copy, blm_cp_commit closes
+// the thread's current group, blm_cp_wait<N> waits until at most N of its groups are pending.
+// A thread's own copies are visible to it after the wait; nothing orders them for other threads.
+FN unsigned blm_smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+FN void blm_cp16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(blm_smem_addr(dst)), "l"(src) : "memory");
+}
+FN void blm_cp4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(blm_smem_addr(dst)), "l"(src) : "memory");
+}
+FN void blm_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+FN void blm_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// TG_DYN_ARRAY: threadgroup memory sized at launch (the kernel's Shared bytes: dynamic shared
+// memory, which may take the block past the 48 KiB of static shared memory); n is its size,
+// which the Metal prelude allocates statically.
+#define TG_DYN_ARRAY(T, name, n) extern __shared__ __align__(16) T name[]
 // BLM_ALIGNED16: the pointer is 16-byte aligned (vector loads of the activations).
 #define BLM_ALIGNED16(ptr) ((((unsigned long long)(ptr)) & 15ull) == 0ull)

@@ -42,6 +42,9 @@ typedef float f32;
 // H200 runs is checked off the device too (the products are exact in both; sums are float32).
 #ifdef LITHOS_BLM_MMA
 #define BLM_MMA 1
+// The CUDA path's threadgroup memory (static + the ring's dynamic memory) is allowed up to the
+// H100/H200 limit per block, 227 KiB, in this test build only (the fiber runtime reads it).
+#define LITHOS_TG_BYTES 232448
 // bf16_bits_to_f32 / f32 → bf16 (round to nearest even; NaN not special-cased: test inputs have none).
 static inline float blm_bf16lo(uint a) { return as_type<float>(a << 16); }
 static inline float blm_bf16hi(uint a) { return as_type<float>(a & 0xFFFF0000u); }
@@ -74,6 +77,14 @@ static inline void blm_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, 
     }
     c[0] += s0; c[1] += s1; c[2] += s2; c[3] += s3;
 }
+// The asynchronous copies of the weight ring (prelude/cuda.h), as plain copies: the fiber
+// runtime runs each thread to its next barrier, so a copy is complete when it returns.
+static inline void blm_cp16(threadgroup void* dst, device const void* src) { *(threadgroup uint4*)dst = *(device const uint4*)src; }
+static inline void blm_cp4(threadgroup void* dst, device const void* src) { *(threadgroup uint*)dst = *(device const uint*)src; }
+static inline void blm_cp_commit() {}
+template <int N>
+static inline void blm_cp_wait() {}
+#define TG_DYN_ARRAY(T, name, n) TG_ARRAY(T, name, n)
 // BLM_ALIGNED16: the pointer is 16-byte aligned (the fiber runtime compiles this as C++).
 #define BLM_ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
 #else

@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
         const void* fn = nullptr;
         for (auto& k : kernel_table) if (!strcmp(k.name, kname)) fn = k.fn;
         if (!fn) { fprintf(stderr, "no kernel %s\n", kname); return 1; }
+        // The weight ring's dynamic shared memory (kernels.BLMRingBytes; BLM_RING from the source).
+        const int dyn = BLM_RING > 0 ? 4 * BLM_RING * 5 * 32 * 16 : 0;
+        if (dyn > 0) CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
         cudaFuncAttributes fa; CK(cudaFuncGetAttributes(&fa, fn));
         const long long per = wbytes + 4 * trows;
         const int copies = (int)((1000000000LL + per - 1) / per);
@@ -108,7 +111,7 @@ int main(int argc, char** argv) {
         auto launch = [&](int c) {
             void* a[6]; const void* pc = ctl; const void* pp = prm; const void* pw = W[c]; const void* ps = S[c]; const void* px = x; void* py = y;
             a[0] = &pc; a[1] = &pp; a[2] = &pw; a[3] = &ps; a[4] = &px; a[5] = &py;
-            CK(cudaLaunchKernel(fn, dim3(gridx), dim3(128), a, 0, s));
+            CK(cudaLaunchKernel(fn, dim3(gridx), dim3(128), a, dyn, s));
         };
         CK(cudaMemsetAsync(y, 0xFF, 4 * ny, s));
         launch(0);
@@ -128,8 +131,8 @@ int main(int argc, char** argv) {
             float ms; CK(cudaEventElapsedTime(&ms, ev[0], ev[1])); t.push_back(ms);
         }
         const double ms = median(t), gbs = copies * (double)per / (ms * 1e-3) / 1e9;
-        printf("%-8s %-14s rows %d parts %d wb %d%s grid %6u regs %3d: %3d x %6.1f MB %8.1f us/matrix %6.0f GB/s = %.3f x floor  y#%016llx\n",
-               variant, name, rows, parts, wb, mark[0] == 'd' ? "d" : " ", gridx, fa.numRegs, copies, per / 1e6, ms * 1e3 / copies, gbs, gbs / floor_gbs, h);
+        printf("%-8s %-14s rows %d parts %d wb %d%s grid %6u regs %3d smem %6d: %3d x %6.1f MB %8.1f us/matrix %6.0f GB/s = %.3f x floor  y#%016llx\n",
+               variant, name, rows, parts, wb, mark[0] == 'd' ? "d" : " ", gridx, fa.numRegs, (int)fa.sharedSizeBytes + dyn, copies, per / 1e6, ms * 1e3 / copies, gbs, gbs / floor_gbs, h);
         fflush(stdout);
         CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
         for (int c = 0; c < copies; c++) { CK(cudaFree(W[c])); CK(cudaFree(S[c])); }

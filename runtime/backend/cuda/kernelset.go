@@ -65,6 +65,14 @@ func (d *Device) LoadKernels() (ks *Kernels, err error) {
 			m.Unload()
 			return nil, fmt.Errorf("cuda: kernel %s: %d threads per block, the loaded code allows %d (%d registers)", k.Name, k.Threads, f.MaxThreads, f.Registers)
 		}
+		if k.Shared > 0 {
+			// Dynamic shared memory (the BLM kernels' weight ring) may take the block past the
+			// 48 KiB a launch gets without asking.
+			if err := f.SetMaxDynamicShared(k.Shared); err != nil {
+				m.Unload()
+				return nil, err
+			}
+		}
 		ks.fns[k.Name] = kfn{f, k}
 	}
 	ks.Compile = time.Since(start)
@@ -104,7 +112,7 @@ func (ks *Kernels) Launch(s *Stream, name string, grid [3]uint32, ctl, prm uint6
 		}
 		args = append(args, b)
 	}
-	return e.f.Launch(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), 0, args...)
+	return e.f.Launch(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), e.k.Shared, args...)
 }
 
 // Unload unloads the module.

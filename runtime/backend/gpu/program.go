@@ -483,7 +483,7 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 			}
 			e.what("layer %d (%v) kv append", li, l.kind)
 			kv := kernels.KVAppendParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position, Width: uint32(kvd),
-				LdK: uint32(kvd), LdV: uint32(nq), LdC: uint32(kvd)}
+				LdK: uint32(kvd), LdV: uint32(nq), LdC: uint32(kvd), Capacity: uint32(s.opt.Capacity)}
 			e.b.add("lithos_kv_append", kv, kv.Grid(), s.kn.Ptr, f32at(s.qkv, l.vOff), s.kc[l.idx].Ptr, s.vc[l.idx].Ptr)
 			e.what("layer %d (%v) attention", li, l.kind)
 			at := kernels.AttnParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position,
@@ -618,7 +618,7 @@ func (s *Session) emitAppend(e *emitter, n int, countWord uint32) {
 		e.b.add("lithos_rope_scaled", rp, rp.Grid(), sp.ck.Ptr, d.invFreq)
 		e.what("draft append: layer %d context K/V", li)
 		kv := kernels.KVAppendParams{DoneWord: e.done, Rows: uint32(n), RowsWord: countWord, PosWord: s.words.DraftContext, Width: uint32(kvd),
-			LdK: uint32(kvd), LdV: uint32(ld), LdC: uint32(kvd)}
+			LdK: uint32(kvd), LdV: uint32(ld), LdC: uint32(kvd), Capacity: uint32(s.opt.Capacity + sp.block)}
 		e.b.add("lithos_kv_append", kv, kv.Grid(), sp.ck.Ptr, f32at(sp.cqkv, vcol), sp.ctxK[li].Ptr, sp.ctxV[li].Ptr)
 	}
 }
@@ -685,7 +685,7 @@ func (s *Session) emitDraft(e *emitter) {
 		}
 		e.what("draft: layer %d block K/V", li)
 		kv := kernels.KVAppendParams{DoneWord: e.done, Rows: uint32(B), RowsWord: nw, PosWord: w.Position, Width: uint32(kvd),
-			LdK: uint32(kvd), LdV: uint32(ld), LdC: uint32(kvd)}
+			LdK: uint32(kvd), LdV: uint32(ld), LdC: uint32(kvd), Capacity: uint32(s.opt.Capacity + B)}
 		e.b.add("lithos_kv_append", kv, kv.Grid(), sp.k.Ptr, f32at(sp.qkv, vcol), sp.ctxK[li].Ptr, sp.ctxV[li].Ptr)
 		e.what("draft: layer %d attention (non-causal)", li)
 		for r := 0; r < B; r++ { // every block row attends to the context and the whole block
