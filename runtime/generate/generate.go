@@ -7,8 +7,8 @@
 // context, and reports the round telemetry. lithos-run's generate command is a thin wrapper
 // around OpenWith and Runner.Generate; its bench command around Runner.Bench.
 //
-// Imports: lithos/runtime/{backend, backend/cpu, bundle, chat, sample, tokenizer},
-// lithos/manifests, log/slog.
+// Imports: lithos/runtime/{backend, backend/cpu, backend/cuda, backend/metal, bundle, chat,
+// sample, tokenizer}, lithos/manifests, log/slog.
 package generate
 
 import (
@@ -27,6 +27,7 @@ import (
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
 	"lithos/runtime/backend/cuda"
+	"lithos/runtime/backend/metal"
 	"lithos/runtime/bundle"
 	"lithos/runtime/chat"
 	"lithos/runtime/sample"
@@ -34,15 +35,20 @@ import (
 )
 
 // Backends are the backend names Open accepts; "auto" picks the best available (today: cpu).
-var Backends = []string{"auto", "cpu", "cuda"}
+var Backends = []string{"auto", "cpu", "cuda", "metal"}
 
-// NewBackend returns the backend called name ("auto", "cpu" or "cuda"). "cuda" is the NVIDIA
-// backend (runtime/backend/cuda: greedy decode; its Load says what is missing — driver, GPU,
-// memory); "auto" picks it once it serves every request the CPU does (cuda.RunsModels) and a
-// usable GPU is present (cuda.Usable), else the CPU.
+// NewBackend returns the backend called name ("auto", "cpu", "cuda" or "metal"). "cuda" is the
+// NVIDIA backend (runtime/backend/cuda: greedy decode; its Load says what is missing — driver,
+// GPU, memory); "metal" the Apple silicon backend (runtime/backend/metal; elsewhere its Load
+// returns metal.ErrUnsupported). "auto" picks Metal on a Mac once metal.RunsModels holds and a
+// device opens (metal.Usable), else CUDA once it serves every request the CPU does
+// (cuda.RunsModels) and a usable GPU is present (cuda.Usable), else the CPU.
 func NewBackend(name string) (backend.Backend, error) {
 	switch name {
 	case "auto", "":
+		if metal.RunsModels && metal.Usable() == nil {
+			return metal.Backend{}, nil
+		}
 		if cuda.RunsModels && cuda.Usable() == nil {
 			return cuda.Backend{}, nil
 		}
@@ -51,8 +57,10 @@ func NewBackend(name string) (backend.Backend, error) {
 		return cpu.Backend{}, nil
 	case "cuda":
 		return cuda.Backend{}, nil
+	case "metal":
+		return metal.Backend{}, nil
 	}
-	return nil, fmt.Errorf("backend %q: want one of %s (metal is not built yet)", name, strings.Join(Backends, ", "))
+	return nil, fmt.Errorf("backend %q: want one of %s", name, strings.Join(Backends, ", "))
 }
 
 // Files read from a bundle, and their size limits (bytes).

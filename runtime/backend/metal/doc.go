@@ -1,7 +1,7 @@
-// Package metal is the Metal backend skeleton for Apple silicon (issue 11; docs/metal.md §6):
+// Package metal is the Metal backend for Apple silicon (issue 11; docs/metal.md §6):
 // darwin/arm64 with CGO_ENABLED=0, through purego's objc. One goroutine locked to its OS thread
 // owns every Metal call (owner: one call at a time), and each autorelease pool is drained in the
-// function that pushed it; device discovery (name, GPU family, working-set size); the kernel
+// function that pushed it; device discovery (name, GPU family, working set, core count); the kernel
 // library compiled from kernels.Source(kernels.Metal) with the Metal language version set
 // explicitly and read back (a pure-Go binary records an old SDK version, and Metal would
 // otherwise compile as MSL 2.4: golang/go issues 77917 and 77944); compute pipelines that
@@ -11,10 +11,18 @@
 // validated (checkDispatch, ArgAlign) and a bounded wait that never returns while the GPU may
 // still use the caller's memory (ErrTimeout, ErrStuck); Close.
 //
-// Not yet: the Backend/Target/Session implementation, ICB encoding and replay, residency. None
-// of the darwin code has run: no Mac was available (docs/metal.md §6 is the first-run
-// checklist). The plain-Go parts — PlanWindows, checkDispatch/ArgAlign, the owner thread's life
-// cycle, the wait logic — build and are tested on every platform.
+// The runtime's device interface (runtime/backend/gpu: the Target, Session and programs are
+// device-neutral) is implemented over Metal (gpu_darwin.go, queue_darwin.go): synthetic 64-bit
+// addresses resolved to (MTLBuffer, 32-bit offset) by an address table (AddrTable), the weights
+// as one range of no-copy windows (MapWeights), blits for host copies, and Queue.Record as
+// indirect command buffers built from a Plan (Recorder: pipelines, resolved arguments, records
+// copied to a private arena, setBarrier per BarrierMode, the resident set); Backend.Load;
+// the chip profile (Profile, matched to manifests.Chips). RunsModels is false: none of the
+// darwin code has run — no Mac was available (docs/metal.md §6 is the first-run checklist).
+// The plain-Go parts — AddrTable, Recorder/Plan, Profile.Chip, PlanWindows,
+// checkDispatch/ArgAlign, the owner thread's life cycle, the wait logic — build and are
+// tested on every platform.
 //
-// Imports: lithos/kernels; github.com/ebitengine/purego (darwin).
+// Imports: lithos/kernels, lithos/manifests, lithos/runtime/{backend, backend/gpu, bundle};
+// github.com/ebitengine/purego (darwin).
 package metal

@@ -13,6 +13,7 @@ import (
 	"github.com/ebitengine/purego/objc"
 
 	"lithos/kernels"
+	"lithos/runtime/backend/gpu"
 )
 
 // LanguageVersion is the MSL version the library is compiled with: MTLLanguageVersion3_1
@@ -39,12 +40,24 @@ type Device struct {
 	// the first Dispatch). Close waits for a stuck command buffer as long again.
 	DrainWait time.Duration
 
-	Name             string
+	ChipName         string // MTLDevice.name: "Apple M5 Max" (Name is the gpu.Device method)
 	Family           int    // highest MTLGPUFamilyApple<N> supported (N), 0 if none of 7…10
 	MaxBuffer        uint64 // maxBufferLength, bytes
 	WorkingSet       uint64 // recommendedMaxWorkingSetSize, bytes
 	UnifiedMemory    bool
 	CompiledLanguage uint64 // the language version read back from the compile options
+	GPUCores         int    // IORegistry gpu-core-count of the AGXAccelerator; 0 when unknown
+
+	// Timeout bounds Queue.Wait when it is given none (DefaultTimeout).
+	Timeout time.Duration
+	// Barriers is the barrier rule of programs recorded from now on (BarrierSerial until a
+	// Mac has shown BarrierHazards gives the same tokens: docs/metal.md §6).
+	Barriers BarrierMode
+
+	addrs   AddrTable                  // the synthetic addresses of the gpu.Device interface
+	mbufs   map[BufID]*Buffer          // the MTLBuffer behind each id
+	hosts   map[*gpu.HostBuffer]uint64 // host buffers and their addresses
+	weights *pendingWeights            // the bundle's weights, set by MapWeights
 }
 
 var (
@@ -113,13 +126,14 @@ func Open() (*Device, error) {
 	if err := load(); err != nil {
 		return nil, err
 	}
-	d := &Device{owner: startOwner(autoreleased), pipes: map[string]objc.ID{}, bufs: map[*Buffer]struct{}{}, DrainWait: DefaultDrainWait}
+	d := &Device{owner: startOwner(autoreleased), pipes: map[string]objc.ID{}, bufs: map[*Buffer]struct{}{}, DrainWait: DefaultDrainWait,
+		Timeout: DefaultTimeout, mbufs: map[BufID]*Buffer{}, hosts: map[*gpu.HostBuffer]uint64{}}
 	err := d.do(func() error {
 		d.dev = createDev()
 		if d.dev == 0 {
 			return errors.New("metal: no Metal device (MTLCreateSystemDefaultDevice returned nil)")
 		}
-		d.Name = goString(objc.Send[*byte](d.dev.Send(sel("name")), sel("UTF8String")))
+		d.ChipName = goString(objc.Send[*byte](d.dev.Send(sel("name")), sel("UTF8String")))
 		for n := 10; n >= 7; n-- { // MTLGPUFamilyApple7 = 1007 …
 			if objc.Send[bool](d.dev, sel("supportsFamily:"), 1000+n) {
 				d.Family = n
@@ -129,6 +143,7 @@ func Open() (*Device, error) {
 		d.MaxBuffer = objc.Send[uint64](d.dev, sel("maxBufferLength"))
 		d.WorkingSet = objc.Send[uint64](d.dev, sel("recommendedMaxWorkingSetSize"))
 		d.UnifiedMemory = objc.Send[bool](d.dev, sel("hasUnifiedMemory"))
+		d.GPUCores, _ = gpuCoreCount() // 0: unknown (the profile then names no binned chip)
 		d.queue = d.dev.Send(sel("newCommandQueue"))
 		if d.queue == 0 {
 			return errors.New("metal: newCommandQueue returned nil")
@@ -196,16 +211,22 @@ func (d *Device) WrapNoCopy(b []byte) (*Buffer, error) {
 		return nil, fmt.Errorf("metal: no-copy buffer of %d bytes: windows are < 4 GiB", len(b))
 	}
 	var buf *Buffer
-	err := d.do(func() error {
-		id := d.dev.Send(sel("newBufferWithBytesNoCopy:length:options:deallocator:"), unsafe.Pointer(&b[0]), uint64(len(b)), uint64(0), uintptr(0))
-		if id == 0 {
-			return fmt.Errorf("metal: newBufferWithBytesNoCopy of %d bytes failed", len(b))
-		}
-		buf = &Buffer{id: uintptr(id), dev: d, Len: len(b), Host: b, noCopy: true}
-		d.bufs[buf] = struct{}{}
-		return nil
+	err := d.do(func() (err error) {
+		buf, err = d.wrapNoCopy(b)
+		return err
 	})
 	return buf, err
+}
+
+// wrapNoCopy is WrapNoCopy on the device thread (b already checked).
+func (d *Device) wrapNoCopy(b []byte) (*Buffer, error) {
+	id := d.dev.Send(sel("newBufferWithBytesNoCopy:length:options:deallocator:"), unsafe.Pointer(&b[0]), uint64(len(b)), uint64(0), uintptr(0))
+	if id == 0 {
+		return nil, fmt.Errorf("metal: newBufferWithBytesNoCopy of %d bytes failed", len(b))
+	}
+	buf := &Buffer{id: uintptr(id), dev: d, Len: len(b), Host: b, noCopy: true}
+	d.bufs[buf] = struct{}{}
+	return buf, nil
 }
 
 // NewBuffer allocates a shared buffer of n > 0 bytes (zeroed by Metal) with a host view.
@@ -214,17 +235,25 @@ func (d *Device) NewBuffer(n int) (*Buffer, error) {
 		return nil, fmt.Errorf("metal: buffer of %d bytes: want > 0", n)
 	}
 	var buf *Buffer
-	err := d.do(func() error {
-		id := d.dev.Send(sel("newBufferWithLength:options:"), uint64(n), uint64(0))
-		if id == 0 {
-			return fmt.Errorf("metal: allocate a buffer of %d bytes", n)
-		}
-		p := objc.Send[*byte](id, sel("contents"))
-		buf = &Buffer{id: uintptr(id), dev: d, Len: n, Host: unsafe.Slice(p, n)}
-		d.bufs[buf] = struct{}{}
-		return nil
+	err := d.do(func() (err error) {
+		buf, err = d.newBuf(n)
+		return err
 	})
 	return buf, err
+}
+
+// newBuf is NewBuffer on the device thread (n > 0): shared storage (options 0 =
+// MTLResourceStorageModeShared | MTLResourceCPUCacheModeDefaultCache), so the host view and
+// the GPU see the same memory (unified memory).
+func (d *Device) newBuf(n int) (*Buffer, error) {
+	id := d.dev.Send(sel("newBufferWithLength:options:"), uint64(n), uint64(0))
+	if id == 0 {
+		return nil, fmt.Errorf("metal: allocate a buffer of %d bytes", n)
+	}
+	p := objc.Send[*byte](id, sel("contents"))
+	buf := &Buffer{id: uintptr(id), dev: d, Len: n, Host: unsafe.Slice(p, n)}
+	d.bufs[buf] = struct{}{}
+	return buf, nil
 }
 
 // Release releases the buffer (a second Release does nothing). Command buffers keep what they

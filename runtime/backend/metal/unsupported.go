@@ -2,7 +2,13 @@
 
 package metal
 
-import "errors"
+import (
+	"context"
+	"errors"
+
+	"lithos/runtime/backend"
+	"lithos/runtime/bundle"
+)
 
 // ErrUnsupported is returned by Open where there is no Metal (anything but darwin/arm64).
 var ErrUnsupported = errors.New("metal: the Metal backend needs macOS on Apple silicon (darwin/arm64)")
@@ -15,3 +21,11 @@ func Open() (*Device, error) { return nil, ErrUnsupported }
 
 // Close does nothing and returns nil (no Device can be opened here).
 func (d *Device) Close() error { return nil }
+
+// Load returns ErrUnsupported: no Metal on this platform.
+func (Backend) Load(context.Context, *bundle.Bundle) (backend.Target, error) {
+	return nil, ErrUnsupported
+}
+
+// Usable returns ErrUnsupported.
+func Usable() error { return ErrUnsupported }

@@ -14,6 +14,10 @@ const (
 // DefaultDrainWait is Device.DrainWait's initial value.
 const DefaultDrainWait = 10 * time.Second
 
+// DefaultTimeout is Device.Timeout's initial value: the bound of a Queue.Wait given none (the
+// CUDA backend's bound, runtime/backend/cuda DefaultTimeout).
+const DefaultTimeout = 2 * time.Minute
+
 // pollInterval is the pause between two status polls.
 const pollInterval = 50 * time.Microsecond
 
