@@ -1,5 +1,6 @@
 // Command lithos-run is the lithos runtime: it memory-maps a bundle made by lithos-pack and
-// generates text on a backend (today the pure-Go CPU backend), with the bundle's DSpark draft
+// generates text on a backend (--backend auto: CUDA on a usable NVIDIA GPU, else the pure-Go
+// CPU backend), with the bundle's DSpark draft
 // head as a speculative drafter unless --no-draft (docs/speculative.md); `lithos-run bench`
 // measures plain and speculative decoding against the memory-bandwidth floor. This file is
 // cobra wiring only: flags become a lithos/runtime/generate.Request.
@@ -67,7 +68,7 @@ func newRoot(g *genFlags) *cobra.Command {
 		Use:   "lithos-run [BUNDLE] [flags]",
 		Short: "Run lithos bundles: generate text from a prompt",
 		Long: "lithos-run loads a bundle packed by lithos-pack (mapped read-only, checked before use) and\n" +
-			"generates text on the CPU backend. `lithos-run BUNDLE --prompt ...` is `lithos-run generate BUNDLE --prompt ...`.",
+			"generates text on a backend (--backend auto: CUDA on a usable NVIDIA GPU, else the CPU). `lithos-run BUNDLE --prompt ...` is `lithos-run generate BUNDLE --prompt ...`.",
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -85,7 +86,7 @@ func newRoot(g *genFlags) *cobra.Command {
 		Short: "Generate text from a prompt (streamed to stdout; --json for one JSON object)",
 		Long: "Generate text from --prompt (or --prompt-ids) with the bundle's target model. Text streams to\n" +
 			"stdout as it is decoded; with --json stdout gets exactly one JSON object at the end:\n" +
-			`{"prompt_tokens", "tokens", "text", "finish_reason", "prefill_tok_per_s", "decode_tok_per_s", "rounds", "tokens_per_round"}` + "\n" +
+			`{"prompt_tokens", "tokens", "text", "finish_reason", "prefill_tok_per_s", "decode_tok_per_s", "rounds", "tokens_per_round", "backend", "speculative"}` + "\n" +
 			"(on an error: {\"error\": ...}). Logs and statistics go to stderr. Generation stops on the EOS ids of\n" +
 			"generation_config.json (finish_reason eos), a --stop string (stop), --max-tokens (length), a full\n" +
 			"context (context) or Ctrl-C (cancelled, exit status 130).",
@@ -137,7 +138,7 @@ func (g *genFlags) register(c *cobra.Command) {
 	f.BoolVar(&g.noDraft, "no-draft", false, "decode without the bundle's DSpark draft head (not even loaded: a draft that does not fit is ignored)")
 	f.StringVar(&g.draftSampling, "draft-sampling", "argmax", "at temperature > 0: argmax (drafts are the drafter's argmax, accepted iff they equal the sampled token) or sample (drafts sampled, accepted with min(1, p/q))")
 	f.Float64Var(&g.confidenceStop, "confidence-stop", 0, "verify only the leading drafts whose confidence head output is at least this (0 = off)")
-	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = cpu for now; cuda runs greedy and sampled decoding and DSpark rounds on NVIDIA GPUs when chosen explicitly)")
+	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = cuda on a usable NVIDIA GPU that runs the bundle and these options, else cpu with a warning saying why)")
 	f.BoolVar(&g.json, "json", false, "print exactly one JSON object on stdout instead of streaming text")
 	f.IntVar(&g.context, "context", 0, "context length in tokens (0 = the model's max_position_embeddings)")
 	f.IntVar(&g.prefillChunk, "prefill-chunk", 0, "prompt rows per prefill step (0 = 128)")
@@ -207,7 +208,7 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	}
 	req.DraftSampling, req.ConfidenceStop = g.draftSampling, g.confidenceStop
 	ctx := cmd.Context()
-	r, err := generate.OpenWith(ctx, dir, generate.Options{Backend: g.backend, NoDraft: g.noDraft, Log: log})
+	r, err := generate.OpenWith(ctx, dir, generate.Options{Backend: g.backend, NoDraft: g.noDraft, Session: req.SessionOptions(), Log: log})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"lithos/runtime/backend/cuda"
 	"lithos/runtime/generate"
 	"lithos/runtime/generate/gentest"
 )
@@ -100,10 +101,18 @@ func TestGenerateJSONMatchesTransformers(t *testing.T) {
 		}
 		var keys map[string]any
 		json.Unmarshal([]byte(stdout), &keys)
-		for _, k := range []string{"prompt_tokens", "tokens", "text", "finish_reason", "prefill_tok_per_s", "decode_tok_per_s", "rounds", "tokens_per_round"} {
+		for _, k := range []string{"prompt_tokens", "tokens", "text", "finish_reason", "prefill_tok_per_s", "decode_tok_per_s", "rounds", "tokens_per_round", "backend"} {
 			if _, ok := keys[k]; !ok {
 				t.Errorf("JSON has no %q: %s", k, stdout)
 			}
+		}
+		// The backend that ran it: cpu when named, and for auto without a usable GPU.
+		wantBE := "cpu"
+		if !slices.Contains(args, "cpu") && cuda.RunsModels && cuda.Usable() == nil {
+			wantBE = "cuda"
+		}
+		if res.Backend != wantBE || !strings.Contains(stderr, "backend "+wantBE) {
+			t.Errorf("%v: backend %q, stderr %s: want %s", args, res.Backend, stderr, wantBE)
 		}
 		if !slices.Equal(res.Tokens, want) || res.FinishReason != "length" || res.PromptTokens != 11 {
 			t.Fatalf("%v: %+v; want tokens %v, finish length", args, res, want)

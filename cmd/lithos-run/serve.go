@@ -145,8 +145,8 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 	srv := s.HTTPServer()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	fmt.Fprintf(g.stderr, "lithos-run: serving %s (context %d tokens) on http://%s — OpenAI base URL http://%s/v1\n",
-		strings.Join(s.Names(), ", "), s.Context(), ln.Addr(), ln.Addr())
+	fmt.Fprintf(g.stderr, "lithos-run: serving %s (context %d tokens, backend %s) on http://%s — OpenAI base URL http://%s/v1\n",
+		strings.Join(s.Names(), ", "), s.Context(), s.Backend(), ln.Addr(), ln.Addr())
 	select {
 	case err := <-errc:
 		return err

@@ -34,33 +34,58 @@ import (
 	"lithos/runtime/tokenizer"
 )
 
-// Backends are the backend names Open accepts; "auto" picks the best available (today: cpu).
+// Backends are the backend names Open accepts; "auto" tries the best GPU backend present and
+// falls back to the CPU (OpenWith).
 var Backends = []string{"auto", "cpu", "cuda", "metal"}
 
-// NewBackend returns the backend called name ("auto", "cpu", "cuda" or "metal"). "cuda" is the
-// NVIDIA backend (runtime/backend/cuda: greedy decode; its Load says what is missing — driver,
-// GPU, memory); "metal" the Apple silicon backend (runtime/backend/metal; elsewhere its Load
-// returns metal.ErrUnsupported). "auto" picks Metal on a Mac once metal.RunsModels holds and a
-// device opens (metal.Usable), else CUDA once it serves every request the CPU does
-// (cuda.RunsModels) and a usable GPU is present (cuda.Usable), else the CPU.
-func NewBackend(name string) (backend.Backend, error) {
+// candidate is a backend that OpenWith may load; usable, when set, says whether its device is
+// present (nil) or why not (no driver, no GPU).
+type candidate struct {
+	be     backend.Backend
+	usable func() error
+}
+
+// candidates returns the backends OpenWith tries for name, best first. An explicit name gives
+// one (no fallback). "auto" (or "") gives Metal when metal.RunsModels (nothing has run on a
+// Mac yet: false), CUDA when cuda.RunsModels, then the CPU, which is always last.
+func candidates(name string) ([]candidate, error) {
 	switch name {
 	case "auto", "":
-		if metal.RunsModels && metal.Usable() == nil {
-			return metal.Backend{}, nil
+		var cs []candidate
+		if metal.RunsModels {
+			cs = append(cs, candidate{metal.Backend{}, metal.Usable})
 		}
-		if cuda.RunsModels && cuda.Usable() == nil {
-			return cuda.Backend{}, nil
+		if cuda.RunsModels {
+			cs = append(cs, candidate{cuda.Backend{}, cuda.Usable})
 		}
-		return cpu.Backend{}, nil
+		return append(cs, candidate{be: cpu.Backend{}}), nil
 	case "cpu":
-		return cpu.Backend{}, nil
+		return []candidate{{be: cpu.Backend{}}}, nil
 	case "cuda":
-		return cuda.Backend{}, nil
+		return []candidate{{be: cuda.Backend{}}}, nil
 	case "metal":
-		return metal.Backend{}, nil
+		return []candidate{{be: metal.Backend{}}}, nil
 	}
 	return nil, fmt.Errorf("backend %q: want one of %s", name, strings.Join(Backends, ", "))
+}
+
+// NewBackend returns the backend called name ("auto", "cpu", "cuda" or "metal"). "cuda" is the
+// NVIDIA backend (runtime/backend/cuda; its Load says what is missing — driver, GPU, NVRTC,
+// memory); "metal" the Apple silicon backend (runtime/backend/metal; elsewhere its Load returns
+// metal.ErrUnsupported). For "auto" it returns the first backend auto would try whose device is
+// present (candidates); the fallback from a GPU that refuses the bundle or the session options
+// to the CPU needs the bundle and happens in OpenWith.
+func NewBackend(name string) (backend.Backend, error) {
+	cs, err := candidates(name)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs[:len(cs)-1] {
+		if c.usable == nil || c.usable() == nil {
+			return c.be, nil
+		}
+	}
+	return cs[len(cs)-1].be, nil
 }
 
 // Files read from a bundle, and their size limits (bytes).
@@ -96,6 +121,14 @@ type Options struct {
 	Backend string
 	// NoDraft leaves the bundle's draft head out: not loaded, not checked against the target.
 	NoDraft bool
+	// Session describes the sessions the caller will open: their Sampling, DraftSampling,
+	// ConfidenceStop and PrefillChunk (Capacity, EOS, RingCapacity and Drafter are OpenWith's:
+	// a small context, the bundle's EOS ids and draft head). With "auto", a GPU backend is
+	// kept only when it opens such a session; one that refuses it (backend.ErrUnsupported:
+	// sampled drafts, the min(1, p/q) rule, at temperature > 0) is passed over. Nil: greedy
+	// sampling with the point-mass rule. Unused with an explicit backend (its refusal comes
+	// from Runner.Generate's session).
+	Session *backend.SessionOptions
 	// Log receives warnings and debug logs (nil: slog.Default()).
 	Log *slog.Logger
 }
@@ -110,25 +143,95 @@ func Open(ctx context.Context, dir, backendName string, log *slog.Logger) (*Runn
 // tokenizer, chat template and generation config when present. Errors name the bundle, file,
 // tensor or field; a draft head that does not fit the target is refused (with NoDraft it is
 // ignored).
+//
+// With "auto" (or "") it tries the candidates best first (a GPU backend whose RunsModels
+// holds, then the CPU): a GPU backend whose device is absent (Usable fails: no driver, no GPU,
+// no NVRTC) is passed over with a debug log; one that refuses the bundle — Load or LoadDraft —
+// or the sessions of opt.Session — a probe session — with backend.ErrUnsupported (a tensor
+// format without a kernel, no packed lm_head, weights larger than the free device memory,
+// sampled drafts) is passed over with a one-line warning naming what was refused. Any other
+// error of a GPU backend (a device or compile failure) is returned: auto does not hide a
+// broken GPU. Runner.Backend is the backend chosen; nothing later moves the runner to another
+// (a device failure while generating is an error). An explicit name never falls back.
 func OpenWith(ctx context.Context, dir string, opt Options) (*Runner, error) {
+	cs, err := candidates(opt.Backend)
+	if err != nil {
+		return nil, err
+	}
+	return openWith(ctx, dir, opt, cs)
+}
+
+// probeCapacity is the context of OpenWith's probe session (positions): room for a
+// speculative round of the largest block a GPU runs.
+const probeCapacity = 64
+
+// openWith is OpenWith over the candidates cs (tests pass fakes); the last is never probed
+// and its errors are returned as they are.
+func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Runner, error) {
 	log := opt.Log
 	if log == nil {
 		log = slog.Default()
-	}
-	be, err := NewBackend(opt.Backend)
-	if err != nil {
-		return nil, err
 	}
 	b, err := bundle.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{Bundle: b, Backend: be, Log: log}
-	if err := r.load(ctx, !opt.NoDraft); err != nil {
-		b.Close()
-		return nil, err
+	for i, c := range cs {
+		last := i == len(cs)-1
+		name := c.be.Name()
+		if !last && c.usable != nil {
+			if err := c.usable(); err != nil {
+				log.Debug("backend auto: passed over, no usable device", "backend", name, "reason", err)
+				continue
+			}
+		}
+		r := &Runner{Bundle: b, Backend: c.be, Log: log}
+		err := r.load(ctx, !opt.NoDraft)
+		if err == nil && !last {
+			err = r.probe(opt.Session)
+		}
+		if err == nil {
+			if len(cs) > 1 {
+				log.Debug("backend auto: chosen", "backend", name)
+			}
+			if len(r.EOS) == 0 {
+				log.Warn("the bundle names no EOS token (generation_config.json, config.json): generation stops on --stop, --max-tokens or the context only")
+			}
+			return r, nil
+		}
+		fallBack := !last && errors.Is(err, backend.ErrUnsupported)
+		if r.Target != nil {
+			if cerr := r.Target.Close(); cerr != nil {
+				err, fallBack = errors.Join(err, cerr), false // the device failed
+			}
+		}
+		if !fallBack {
+			b.Close()
+			return nil, err
+		}
+		log.Warn(fmt.Sprintf("backend auto: %s cannot run this bundle or these options; running on %s (--backend %s would fail with the reason)", name, cs[i+1].be.Name(), name),
+			"reason", err.Error())
 	}
-	return r, nil
+	b.Close()
+	return nil, errors.New("backend auto: no backend to try") // unreachable: the CPU is last
+}
+
+// probe opens and closes a session with the options of so (nil: greedy, the point-mass rule)
+// at probeCapacity positions, with the runner's EOS ids and draft head.
+func (r *Runner) probe(so *backend.SessionOptions) error {
+	opt := backend.SessionOptions{Sampling: sample.Params{TopP: 1}}
+	if so != nil {
+		opt = *so
+	}
+	opt.Capacity, opt.EOS, opt.RingCapacity, opt.Drafter = probeCapacity, r.EOS, 0, nil
+	if r.Draft != nil {
+		opt.Drafter = r.Draft
+	}
+	s, err := r.Target.NewSession(opt)
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }
 
 func (r *Runner) load(ctx context.Context, withDraft bool) error {
@@ -192,9 +295,6 @@ func (r *Runner) load(ctx context.Context, withDraft bool) error {
 		if id < 0 || int(id) >= vocab {
 			return fmt.Errorf("bundle %s: EOS token %d is outside the vocabulary [0, %d)", b.Dir, id, vocab)
 		}
-	}
-	if len(r.EOS) == 0 {
-		r.Log.Warn("the bundle names no EOS token (generation_config.json, config.json): generation stops on --stop, --max-tokens or the context only")
 	}
 	return nil
 }
@@ -298,6 +398,14 @@ type Request struct {
 	ConfidenceStop float64
 }
 
+// SessionOptions returns the options of req's sessions that do not depend on the bundle
+// (sampling, draft rule, confidence stop, prefill chunk): what Options.Session wants, so that
+// --backend auto chooses a backend that runs them.
+func (req *Request) SessionOptions() *backend.SessionOptions {
+	return &backend.SessionOptions{Sampling: req.Sampling, DraftSampling: req.DraftSampling,
+		ConfidenceStop: req.ConfidenceStop, PrefillChunk: req.PrefillChunk}
+}
+
 // DefaultContext is the context when neither the request nor the model config gives one;
 // MaxContext is the largest context a request may ask for.
 const (
@@ -332,6 +440,9 @@ type Result struct {
 	// committed ÷ Rounds: 1 without a draft head.
 	Rounds         int     `json:"rounds"`
 	TokensPerRound float64 `json:"tokens_per_round"`
+	// Backend is the backend that ran the generation ("cpu", "cuda", "metal"): the one
+	// --backend auto chose.
+	Backend string `json:"backend"`
 	// Speculative is the round telemetry of a generation with a draft head (null without).
 	Speculative *Speculative `json:"speculative"`
 }
@@ -509,7 +620,7 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 	ss := sess.State()
 	ss.StopAt = ss.RingHead + uint32(maxTok)
 
-	res := &Result{PromptTokens: len(prompt), Tokens: []int32{}}
+	res := &Result{PromptTokens: len(prompt), Tokens: []int32{}, Backend: r.Backend.Name()}
 	out := &output{req: &req, tok: r.Tokenizer, eos: r.EOS, res: res}
 	if r.Tokenizer != nil {
 		out.dec = r.Tokenizer.NewStreamDecoder(true)

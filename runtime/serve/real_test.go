@@ -43,8 +43,8 @@ func openReal(t *testing.T, dir string, ro generate.Options, opt Options) (*Serv
 func TestRealBundle(t *testing.T) {
 	dir := realBundle(t, gentest.Options{})
 	s, url := openReal(t, dir, generate.Options{Backend: "cpu"}, Options{Context: 256})
-	if s.Names()[0] != "b" || s.Context() != 256 {
-		t.Fatalf("names %v, context %d", s.Names(), s.Context())
+	if s.Names()[0] != "b" || s.Context() != 256 || s.Backend() != "cpu" {
+		t.Fatalf("names %v, context %d, backend %q", s.Names(), s.Context(), s.Backend())
 	}
 	r, err := generate.OpenWith(context.Background(), dir, generate.Options{Backend: "cpu", Log: quiet()})
 	if err != nil {

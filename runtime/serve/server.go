@@ -153,7 +153,12 @@ type Server struct {
 
 	closeOnce sync.Once
 	closer    io.Closer // what Open opened (nil for New)
+	backend   string    // the backend's name (Open; "" for New)
 }
+
+// Backend returns the name of the backend the model runs on ("cpu", "cuda", …), as Open chose
+// it; "" for a server made by New.
+func (s *Server) Backend() string { return s.backend }
 
 // New starts a server for m (its worker goroutine runs until Close). Errors: no names, a model
 // without a tokenizer or chat template, a chat template that does not parse, options out of
@@ -264,15 +269,27 @@ func New(m Model, opt Options) (*Server, error) {
 
 // Open opens the bundle in dir (generate.OpenWith: the backend, and the draft head unless
 // ro.NoDraft) and starts a server for it; the bundle's directory name (without ".lithos") is
-// the model's name unless opt.Names gives names. Close releases the bundle.
+// the model's name unless opt.Names gives names. With --backend auto the backend chosen must
+// run the sessions of opt (its draft rule and confidence stop, at a temperature > 0, which
+// requests may ask for) unless ro.Session says otherwise; Open logs the backend it runs on.
+// Close releases the bundle.
 func Open(ctx context.Context, dir string, ro generate.Options, opt Options) (*Server, error) {
 	if ro.Log == nil {
 		ro.Log = opt.Log
+	}
+	if ro.Session == nil {
+		ro.Session = &backend.SessionOptions{Sampling: sample.Params{Temperature: 1, TopP: 1},
+			DraftSampling: opt.DraftSampling, ConfidenceStop: opt.ConfidenceStop, PrefillChunk: opt.PrefillChunk}
 	}
 	r, err := generate.OpenWith(ctx, dir, ro)
 	if err != nil {
 		return nil, err
 	}
+	log := opt.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Info("model loaded", "bundle", dir, "backend", r.Backend.Name(), "draft", r.Draft != nil)
 	if len(opt.Names) == 0 {
 		opt.Names = []string{BundleName(dir)}
 	}
@@ -282,6 +299,7 @@ func Open(ctx context.Context, dir string, ro generate.Options, opt Options) (*S
 		return nil, err
 	}
 	s.closer = r
+	s.backend = r.Backend.Name()
 	return s, nil
 }
 

@@ -20,13 +20,17 @@ type Backend struct {
 func (Backend) Name() string { return "cuda" }
 
 // Usable returns nil when a GPU the backend can run is present (the driver loads, a device
-// of compute capability ≥ MinComputeCapability opens), else the reason.
+// of compute capability ≥ MinComputeCapability opens) and NVRTC, which compiles the kernels at
+// start, loads; else the reason (Open's errors, NVRTC missing or older than 12).
 func Usable() error {
 	d, err := Open(0)
 	if err != nil {
 		return err
 	}
-	return d.Close()
+	if err := d.Close(); err != nil {
+		return err
+	}
+	return loadNVRTC()
 }
 
 // Load opens the GPU, loads the kernel module (compiled by NVRTC for the device, or read from
@@ -57,12 +61,15 @@ func (b Backend) Load(ctx context.Context, bd *bundle.Bundle) (backend.Target, e
 	return t, nil
 }
 
-// RunsModels tells whether --backend auto may pick the CUDA backend (when a usable GPU is
-// present): false until it serves every request the CPU backend does, since auto must not turn
-// a working command into an error. Load runs a bundle's target with greedy and sampled
-// (temperature, top-k, top-p) decoding and its DSpark head with speculative rounds (greedy and
-// the point-mass rule) on the device; still missing: matrices in INT8 and affine INT4 (the CPU
-// reads them; Load refuses them, naming the tensor), tied embeddings (no packed lm_head),
-// embeddings other than BF16/F32, and sampled drafts with the min(1, p/q) rule
-// (--draft-sampling sample). --backend cuda selects it explicitly.
-const RunsModels = false
+// RunsModels tells whether --backend auto may pick the CUDA backend: true. Auto
+// (lithos/runtime/generate.OpenWith) tries CUDA first when a usable GPU is present (Usable:
+// driver, GPU, NVRTC; without one it runs on the CPU with a debug log only) and keeps it when
+// Load, LoadDraft and a probe session with the command's options succeed. What the GPU
+// refuses, before any work and with backend.ErrUnsupported, falls back to the CPU with a
+// one-line warning naming the tensor or option: matrices in INT8 and affine INT4 (the CPU
+// reads them), tied embeddings (no packed lm_head), embeddings other than BF16/F32, weights
+// larger than the free device memory, and sampled drafts with the min(1, p/q) rule
+// (--draft-sampling sample at temperature > 0). A device failure (a compile error, an
+// allocation, launch or wait that fails) is an error, never a silent retry on the CPU.
+// --backend cuda selects it explicitly and shows the refusals as errors.
+const RunsModels = true

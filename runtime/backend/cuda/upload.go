@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"lithos/runtime/backend"
 	"lithos/runtime/backend/gpu"
 
 	"github.com/schollz/progressbar/v3"
@@ -32,15 +33,16 @@ type UploadStats = gpu.UploadStats
 
 // Fit returns an error when need bytes (and MemoryReserve) do not fit the device's free
 // memory, saying how much is needed and free: called before any allocation so a model too
-// large is refused before work starts.
+// large is refused before work starts. That refusal wraps backend.ErrUnsupported (--backend
+// auto runs such a bundle on the CPU instead); a failure to query the memory does not.
 func (d *Device) Fit(what string, need int64) error {
 	free, total, err := d.MemInfo()
 	if err != nil {
 		return err
 	}
 	if need+MemoryReserve > free {
-		return fmt.Errorf("cuda: %s needs %.2f GB of device memory (+%.1f GB reserve); %s has %.2f GB free of %.2f GB",
-			what, float64(need)/1e9, float64(MemoryReserve)/1e9, d.Info.Name, float64(free)/1e9, float64(total)/1e9)
+		return backend.Unsupported(fmt.Errorf("cuda: %s needs %.2f GB of device memory (+%.1f GB reserve); %s has %.2f GB free of %.2f GB",
+			what, float64(need)/1e9, float64(MemoryReserve)/1e9, d.Info.Name, float64(free)/1e9, float64(total)/1e9))
 	}
 	return nil
 }

@@ -122,7 +122,7 @@ func (t *Target) LoadDraft(_ context.Context, b *bundle.Bundle) (backend.Drafter
 		return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
 	}
 	if cfg.BlockSize+1 > MaxStepRows {
-		return nil, fmt.Errorf("bundle %s: draft block_size %d: the %s round verifies at most %d rows (block_size ≤ %d)", b.Dir, cfg.BlockSize, t.Device.Name(), MaxStepRows, MaxStepRows-1)
+		return nil, backend.Unsupported(fmt.Errorf("bundle %s: draft block_size %d: the %s round verifies at most %d rows (block_size ≤ %d)", b.Dir, cfg.BlockSize, t.Device.Name(), MaxStepRows, MaxStepRows-1))
 	}
 	if b != t.Bundle {
 		return nil, fmt.Errorf("bundle %s: the draft head must come from the bundle the target was loaded from (%s)", b.Dir, t.Bundle.Dir)
@@ -167,10 +167,10 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 				return segMatrix{}, err
 			}
 			if !slices.Contains(KernelFormats, bm.Geometry.Format) {
-				return segMatrix{}, fmt.Errorf("tensor %s is %s; the %s kernels read %v", r.bt.Name, bm.Geometry.Format, t.Device.Name(), KernelFormats)
+				return segMatrix{}, backend.Unsupported(fmt.Errorf("tensor %s is %s; the %s kernels read %v", r.bt.Name, bm.Geometry.Format, t.Device.Name(), KernelFormats))
 			}
 			if bm.Geometry.TotalBytes >= 1<<32 {
-				return segMatrix{}, fmt.Errorf("tensor %s: %d packed bytes; the %s kernels address < 4 GiB per matrix", r.bt.Name, bm.Geometry.TotalBytes, t.Device.Name())
+				return segMatrix{}, backend.Unsupported(fmt.Errorf("tensor %s: %d packed bytes; the %s kernels address < 4 GiB per matrix", r.bt.Name, bm.Geometry.TotalBytes, t.Device.Name()))
 			}
 			mx = &Matrix{Name: r.bt.Name, Geometry: bm.Geometry, Stack: bm.Stack,
 				Ptr: t.Weights.At(r.bt.Offset), Scales: t.Weights.At(r.bt.Offset + bm.Geometry.TotalBytes)}
@@ -191,7 +191,7 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 			}
 		default:
 			if len(mx.Stack.Segments) != 1 {
-				return segMatrix{}, fmt.Errorf("tensor %s (in %s): stack mode %v; the %s programs read concatenated segments or the interleaved MLP", name, mx.Name, mx.Stack.Mode, t.Device.Name())
+				return segMatrix{}, backend.Unsupported(fmt.Errorf("tensor %s (in %s): stack mode %v; the %s programs read concatenated segments or the interleaved MLP", name, mx.Name, mx.Stack.Mode, t.Device.Name()))
 			}
 			sm.n = int(mx.Stack.Segments[0].Rows)
 		}
@@ -276,11 +276,11 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 			st := gbm.Stack
 			if st.Chunk != 8 || len(st.Segments) != 2 || !strings.HasSuffix(st.Segments[0].Name, "gate_proj.weight") ||
 				!strings.HasSuffix(st.Segments[1].Name, "up_proj.weight") {
-				return nil, fmt.Errorf("tensor %s: the SwiGLU epilogue needs gate_proj and up_proj interleaved by 8 rows", gr.bt.Name)
+				return nil, backend.Unsupported(fmt.Errorf("tensor %s: the SwiGLU epilogue needs gate_proj and up_proj interleaved by 8 rows", gr.bt.Name))
 			}
 			g := gbm.Geometry
 			if !slices.Contains(KernelFormats, g.Format) || int(g.N) != 2*cfg.Intermediate || int(g.K) != h || g.TotalBytes >= 1<<32 {
-				return nil, fmt.Errorf("tensor %s: %s [%d, %d]; want one of %v, [%d, %d], < 4 GiB", gr.bt.Name, g.Format, g.N, g.K, KernelFormats, 2*cfg.Intermediate, h)
+				return nil, backend.Unsupported(fmt.Errorf("tensor %s: %s [%d, %d]; want one of %v, [%d, %d], < 4 GiB", gr.bt.Name, g.Format, g.N, g.K, KernelFormats, 2*cfg.Intermediate, h))
 			}
 			L.gateUp = &Matrix{Name: gr.bt.Name, Geometry: g, Stack: gbm.Stack,
 				Ptr: t.Weights.At(gr.bt.Offset), Scales: t.Weights.At(gr.bt.Offset + g.TotalBytes)}
@@ -309,7 +309,7 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 		case "F32":
 			d.w1DType = 0
 		default:
-			return nil, fmt.Errorf("tensor %s is %s; the %s gather reads BF16 or F32", name, bt.Format, t.Device.Name())
+			return nil, backend.Unsupported(fmt.Errorf("tensor %s is %s; the %s gather reads BF16 or F32", name, bt.Format, t.Device.Name()))
 		}
 		d.w1 = t.Weights.At(bt.Offset)
 		if d.w2, err = mat("markov_head.markov_w2", cfg.Vocab, cfg.MarkovRank); err != nil {

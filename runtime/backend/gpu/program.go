@@ -163,7 +163,7 @@ type layerPlan struct {
 // name ends with suffix, requiring a concatenated stack.
 func segment(m *Matrix, suffix, device string) (int, int, error) {
 	if m.Stack.Mode != blm.Concat {
-		return 0, 0, fmt.Errorf("tensor %s: stack mode %v, the %s programs read concatenated segments", m.Name, m.Stack.Mode, device)
+		return 0, 0, backend.Unsupported(fmt.Errorf("tensor %s: stack mode %v, the %s programs read concatenated segments", m.Name, m.Stack.Mode, device))
 	}
 	off := 0
 	for _, s := range m.Stack.Segments {
@@ -224,7 +224,7 @@ func (t *Target) plan() ([]layerPlan, error) {
 		}
 		st := p.gateUp.Stack
 		if st.Mode != blm.Interleave || st.Chunk != 8 || len(st.Segments) != 2 || !strings.HasSuffix(st.Segments[0].Name, "gate_proj.weight") {
-			return fail(fmt.Errorf("tensor %s: the SwiGLU epilogue needs gate_proj and up_proj interleaved by 8 rows", p.gateUp.Name))
+			return fail(backend.Unsupported(fmt.Errorf("tensor %s: the SwiGLU epilogue needs gate_proj and up_proj interleaved by 8 rows", p.gateUp.Name)))
 		}
 		if p.down, err = mat(rp+"mlp.down_proj", h, c.Intermediate); err != nil {
 			return fail(err)

@@ -138,17 +138,17 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	if opt.Drafter != nil {
 		var ok bool
 		if dr, ok = opt.Drafter.(*DSpark); !ok || dr.t != t {
-			return nil, fmt.Errorf("%s: session: the drafter %T is not a DSpark head loaded by this %s target (Target.LoadDraft); the GPU drafts only with its own", t.pfx, opt.Drafter, t.Device.Name())
+			return nil, backend.Unsupported(fmt.Errorf("%s: session: the drafter %T is not a DSpark head loaded by this %s target (Target.LoadDraft); the GPU drafts only with its own", t.pfx, opt.Drafter, t.Device.Name()))
 		}
 		if dr.vecs == nil {
 			return nil, fmt.Errorf("%s: session: the draft head was released (its target is closed)", t.pfx)
 		}
 		if opt.DraftSampling == backend.DraftSample && !opt.Sampling.Greedy() {
-			return nil, fmt.Errorf("%s: session: sampled drafts (--draft-sampling sample, the min(1, p/q) rule) do not run on the %s backend yet; the point-mass rule (--draft-sampling argmax, the default) does, with the same output distribution", t.pfx, t.Device.Name())
+			return nil, backend.Unsupported(fmt.Errorf("%s: session: sampled drafts (--draft-sampling sample, the min(1, p/q) rule) do not run on the %s backend yet; the point-mass rule (--draft-sampling argmax, the default) does, with the same output distribution", t.pfx, t.Device.Name()))
 		}
 	}
 	if opt.Capacity > 1<<24 {
-		return nil, fmt.Errorf("%s: session: context %d is past the kernels' 32-bit offsets", t.pfx, opt.Capacity)
+		return nil, backend.Unsupported(fmt.Errorf("%s: session: context %d is past the kernels' 32-bit offsets", t.pfx, opt.Capacity))
 	}
 	tmax := max(opt.PrefillChunk, backend.DecodeRows)
 	words, err := newStepWords(tmax)
@@ -353,7 +353,7 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 		return fail(fmt.Errorf("bundle %s: no final norm vector", t.Bundle.Dir))
 	}
 	if s.head, ok = t.mats["lm_head"]; !ok || int(s.head.Geometry.N) != c.Vocab || int(s.head.Geometry.K) != h {
-		return fail(fmt.Errorf("bundle %s: no packed lm_head [%d, %d] (tied embeddings do not run on %s yet)", t.Bundle.Dir, c.Vocab, h, t.Device.Name()))
+		return fail(backend.Unsupported(fmt.Errorf("bundle %s: no packed lm_head [%d, %d] (tied embeddings do not run on %s yet)", t.Bundle.Dir, c.Vocab, h, t.Device.Name())))
 	}
 	emb, ok := t.Bundle.Tensor("embed_tokens")
 	if !ok || len(emb.Shape) != 2 || emb.Shape[0] != int64(c.Vocab) || emb.Shape[1] != int64(h) {
@@ -365,7 +365,7 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	case "F32":
 		s.embDType = 0
 	default:
-		return fail(fmt.Errorf("bundle %s: tensor embed_tokens is %s; the %s gather reads BF16 or F32", t.Bundle.Dir, emb.Format, t.Device.Name()))
+		return fail(backend.Unsupported(fmt.Errorf("bundle %s: tensor embed_tokens is %s; the %s gather reads BF16 or F32", t.Bundle.Dir, emb.Format, t.Device.Name())))
 	}
 	if s.spec != nil {
 		if s.spec.round, err = s.buildRound(); err != nil {

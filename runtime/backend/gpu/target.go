@@ -12,6 +12,7 @@ import (
 	"lithos/kernels"
 	"lithos/manifests"
 	"lithos/pack/blm"
+	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
 	"lithos/runtime/bundle"
 	"lithos/runtime/model"
@@ -91,10 +92,10 @@ func LoadTarget(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error
 				return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
 			}
 			if !slices.Contains(KernelFormats, mx.Geometry.Format) {
-				return nil, fmt.Errorf("bundle %s: tensor %s is %s; the %s kernels read %v", b.Dir, name, mx.Geometry.Format, d.Name(), KernelFormats)
+				return nil, backend.Unsupported(fmt.Errorf("bundle %s: tensor %s is %s; the %s kernels read %v", b.Dir, name, mx.Geometry.Format, d.Name(), KernelFormats))
 			}
 			if mx.Geometry.TotalBytes >= 1<<32 {
-				return nil, fmt.Errorf("bundle %s: tensor %s: %d packed bytes; the %s kernels address < 4 GiB per matrix", b.Dir, name, mx.Geometry.TotalBytes, d.Name())
+				return nil, backend.Unsupported(fmt.Errorf("bundle %s: tensor %s: %d packed bytes; the %s kernels address < 4 GiB per matrix", b.Dir, name, mx.Geometry.TotalBytes, d.Name()))
 			}
 			t.mats[name] = &Matrix{Name: name, Geometry: mx.Geometry, Stack: mx.Stack, Ptr: uint64(bt.Offset), Scales: uint64(bt.Offset + mx.Geometry.TotalBytes)}
 		case manifests.EncodingPlain:
@@ -137,10 +138,15 @@ func LoadTarget(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error
 	return t, nil
 }
 
-// Load is LoadTarget followed by the check that the programs can run the bundle (every
-// layer's tensors, stacks, shapes and transforms; errors name the layer and tensor): the
-// Target it returns owns d (its Close closes d). On an error d is left open.
+// Load checks the bundle's LM head and embedding table for the programs (checkHead, before
+// any upload), then runs LoadTarget followed by the check that the programs can run the bundle
+// (every layer's tensors, stacks, shapes and transforms; errors name the layer and tensor):
+// the Target it returns owns d (its Close closes d). On an error d is left open. A bundle the
+// kernels cannot run is refused with backend.ErrUnsupported.
 func Load(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error) {
+	if err := checkHead(b, d.Name()); err != nil {
+		return nil, err
+	}
 	t, err := LoadTarget(ctx, d, b)
 	if err != nil {
 		return nil, err
@@ -151,6 +157,40 @@ func Load(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error) {
 	}
 	t.owned = true
 	return t, nil
+}
+
+// checkHead refuses, before any work on the device, a target whose LM head or embedding table
+// the sessions' programs cannot read (the same rules NewDeviceSession applies): no packed
+// lm_head [Vocab, Hidden] (tied embeddings), an embed_tokens that is not BF16 or F32. The
+// errors wrap backend.ErrUnsupported. A bundle whose architecture or config LoadTarget refuses
+// passes here, so that LoadTarget's error is the one returned.
+func checkHead(b *bundle.Bundle, device string) error {
+	m := b.Manifest
+	if !slices.Contains(cpu.Architectures, m.Target.Architecture) {
+		return nil
+	}
+	c, err := model.ParseConfig(m.Target.Config)
+	if err != nil {
+		return nil
+	}
+	h := c.Hidden
+	head := false
+	if bt, ok := b.Tensor("lm_head"); ok && bt.Model == manifests.ModelTarget && bt.Encoding == manifests.EncodingBLM {
+		if mx, err := b.Matrix(bt); err == nil && int(mx.Geometry.N) == c.Vocab && int(mx.Geometry.K) == h {
+			head = true
+		}
+	}
+	if !head {
+		return backend.Unsupported(fmt.Errorf("bundle %s: no packed lm_head [%d, %d] (tied embeddings do not run on %s yet)", b.Dir, c.Vocab, h, device))
+	}
+	emb, ok := b.Tensor("embed_tokens")
+	if !ok || len(emb.Shape) != 2 || emb.Shape[0] != int64(c.Vocab) || emb.Shape[1] != int64(h) {
+		return nil // LoadTarget and the session name the missing table
+	}
+	if emb.Format != "BF16" && emb.Format != "F32" {
+		return backend.Unsupported(fmt.Errorf("bundle %s: tensor embed_tokens is %s; the %s gather reads BF16 or F32", b.Dir, emb.Format, device))
+	}
+	return nil
 }
 
 // Config returns the model's configuration.
