@@ -8,7 +8,7 @@ import (
 
 // aliasable lists, per kernel, the buffers a host binds to another argument of the same launch
 // or to ctl, as documented in .notes/kernels.md and the record doc comments: RMSNorm y may be x
-// and z is a dummy bound to x (runtime/backend/cuda rmsEps), Ewise y may be a or b, gather ids
+// and z is a dummy bound to x (runtime/backend/gpu rmsEps), Ewise y may be a or b, gather ids
 // may be ctl, argmax_final's and sample's out may be ctl (TestFiberMarkovChain binds out to
 // ctl). None of them may be __restrict__ in the CUDA source (review item 8).
 var aliasable = map[string][]string{

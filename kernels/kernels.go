@@ -356,11 +356,11 @@ func buildRegistry() []Kernel {
 		Buffers: []Buffer{f32("q", false), f32("k", false), f32("v", false), f32("beta", false), f32("g", false), f32("state", true), f32("out", true)}})
 	ks = append(ks, Kernel{Name: "lithos_conv", Op: "conv", Threads: convThreads, Params: ConvParams{},
 		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("state", true), f32("y", true)}})
-	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{},
+	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{}, CtlRW: true,
 		Buffers: []Buffer{f32("q", false), f32("kc", false), f32("vc", false), f32("pm", true), f32("pl", true), f32("po", true)}})
-	ks = append(ks, Kernel{Name: "lithos_attn_merge", Op: "attn_merge", Threads: 128, Params: AttnParams{},
+	ks = append(ks, Kernel{Name: "lithos_attn_merge", Op: "attn_merge", Threads: 128, Params: AttnParams{}, CtlRW: true,
 		Buffers: []Buffer{f32("pm", false), f32("pl", false), f32("po", false), f32("out", true)}})
-	ks = append(ks, Kernel{Name: "lithos_kv_append", Op: "kv_append", Threads: kvAppendThreads, Params: KVAppendParams{},
+	ks = append(ks, Kernel{Name: "lithos_kv_append", Op: "kv_append", Threads: kvAppendThreads, Params: KVAppendParams{}, CtlRW: true,
 		Buffers: []Buffer{f32("k", false), f32("v", false), f32("kc", true), f32("vc", true)}})
 	ks = append(ks, Kernel{Name: "lithos_gather", Op: "gather", Threads: gatherThreads, Params: GatherParams{},
 		Buffers: []Buffer{buf("ids", "i32", false), weight("table", "u8"), f32("y", true)}})

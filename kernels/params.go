@@ -109,9 +109,12 @@ const BLMThreads = 128
 
 // BLMRing is the depth of the BLM kernels' weight ring on the tensor-core path (CUDA): each
 // simdgroup keeps BLMRing − 1 quad-steps of weights in flight in threadgroup memory through
-// cp.async, instead of one in registers (docs/performance.md §3.3a). The source defines
+// cp.async, instead of one in registers (docs/performance.md §3.3b). The source defines
 // BLM_RING from it; 0 selects the register prefetch.
 const BLMRing = 2
+
+// The ring's slot index is (u − q0) & (BLMRing − 1): a power of two (compile-time check).
+var _ [0]struct{} = [BLMRing & (BLMRing - 1)]struct{}{}
 
 // BLMRingBytes is the dynamic threadgroup memory of a BLM kernel's ring: per simdgroup and slot,
 // four 16-byte unit words and one 16-byte word of block-scale pairs per lane.

@@ -6,7 +6,7 @@ import (
 )
 
 // The kernels of sampling and of the speculative round on a device (issue 10; docs/speculative.md;
-// the host side is runtime/backend/cuda): ops/sample.kern, ops/round.kern, ops/copy.kern and
+// the host side is runtime/backend/gpu): ops/sample.kern, ops/round.kern, ops/copy.kern and
 // ops/rope_scaled.kern.
 
 // SampleThreads is the threadgroup size of lithos_sample (one threadgroup per row).

@@ -46,7 +46,7 @@ const (
 	s27DHD, s27Rank            = 128, 256
 )
 
-// backendRecords returns the records runtime/backend/cuda's program builder (program.go:
+// backendRecords returns the records runtime/backend/gpu's program builder (program.go:
 // layers, buildProgram, buildRound, emitDraft, emitAppend) makes for the 27B-sized model at
 // n rows with the step-state words of a TMax = 1 + block state.
 func backendRecords(t *testing.T, n int) []validator {

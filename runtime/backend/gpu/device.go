@@ -146,6 +146,9 @@ func (h *HostBuffer) Free() error {
 	if h == nil || h.Bytes == nil {
 		return nil
 	}
+	if h.Owner == nil {
+		return errors.New("gpu: free of a host buffer without an owner")
+	}
 	err := h.Owner.FreeHost(h)
 	h.Bytes, h.DevPtr = nil, 0
 	return err

@@ -147,8 +147,10 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 			return nil, backend.Unsupported(fmt.Errorf("%s: session: sampled drafts (--draft-sampling sample, the min(1, p/q) rule) do not run on the %s backend yet; the point-mass rule (--draft-sampling argmax, the default) does, with the same output distribution", t.pfx, t.Device.Name()))
 		}
 	}
-	if opt.Capacity > 1<<24 {
-		return nil, backend.Unsupported(fmt.Errorf("%s: session: context %d is past the kernels' 32-bit offsets", t.pfx, opt.Capacity))
+	// The attention partials' grid has one z per AttnPartition keys (≤ 65535, CUDA's grid
+	// limit) and the kernels' offsets are 32-bit.
+	if maxCap := min(1<<24, 65535*AttnPartition); opt.Capacity > maxCap {
+		return nil, backend.Unsupported(fmt.Errorf("%s: session: context %d is more than the %s kernels take (%d positions: 65535 attention partitions of %d keys, 32-bit offsets)", t.pfx, opt.Capacity, t.Device.Name(), maxCap, AttnPartition))
 	}
 	tmax := max(opt.PrefillChunk, backend.DecodeRows)
 	words, err := newStepWords(tmax)

@@ -242,7 +242,9 @@ func (t *Target) Close() error {
 	}
 	t.drafts = nil
 	if t.vecs != nil {
-		err = t.vecs.Free()
+		if e := t.vecs.Free(); err == nil {
+			err = e
+		}
 		t.vecs = nil
 	}
 	if t.Weights != nil {
