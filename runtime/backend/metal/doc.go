@@ -19,9 +19,12 @@
 // copied to a private arena, setBarrier per BarrierMode, the resident set); Backend.Load;
 // the chip profile (Profile, matched to manifests.Chips). RunsModels is false: none of the
 // darwin code has run — no Mac was available (docs/metal.md §6 is the first-run checklist).
-// The plain-Go parts — AddrTable, Recorder/Plan, Profile.Chip, PlanWindows,
+// The plain-Go parts — AddrTable, Recorder/Plan, the device memory logic (space: allocations,
+// windowed weights, copy and launch resolution), Profile.Chip, PlanWindows,
 // checkDispatch/ArgAlign, the owner thread's life cycle, the wait logic — build and are
-// tested on every platform.
+// tested on every platform; on linux/amd64 the tests also run the runtime over an emulated
+// Metal device (the same space and Recorder, buffers in the fiber runtime's arena, plans
+// executed command by command: emulator_linux_test.go, docs/metal.md §6).
 //
 // Imports: lithos/kernels, lithos/manifests, lithos/runtime/{backend, backend/gpu, bundle};
 // github.com/ebitengine/purego (darwin).

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/ebitengine/purego/objc"
 
@@ -25,28 +24,13 @@ var (
 	_ gpu.HostOwner = (*Device)(nil)
 )
 
-// pendingWeights is the bundle's mapped weights file, given by MapWeights before gpu.Load:
-// the Alloc of its size reserves the windowed range, UploadStaged of the mapping wraps the
-// windows without a copy.
-type pendingWeights struct {
-	src     []byte
-	tensors []Range
-	base    uint64   // the reserved range (0: not yet allocated)
-	wins    []Window // its windows and their buffer ids
-	ids     []BufID
-	done    bool // the windows are backed
-}
-
 // MapWeights tells the device that the next Alloc of len(b.Weights()) bytes is the bundle's
 // weights file, addressed inside its tensors (the manifest's byte ranges); UploadStaged of the
 // mapping then wraps page-aligned windows of it (< 4 GiB, PlanWindows) with
 // newBufferWithBytesNoCopy instead of copying (a copy when the mapping is not page-aligned,
 // as where the bundle was read into memory). Backend.Load calls it before gpu.Load.
 func (d *Device) MapWeights(b *bundle.Bundle) {
-	w := &pendingWeights{src: b.Weights()}
-	for _, t := range b.Manifest.Tensors {
-		w.tensors = append(w.tensors, Range{t.Offset, t.Length})
-	}
+	w := newPendingWeights(b)
 	d.do(func() error { d.weights = w; return nil })
 }
 
@@ -84,53 +68,16 @@ func (d *Device) alloc(size int64, weights bool) (*gpu.Buffer, error) {
 		return nil, fmt.Errorf("metal: allocate %d bytes: size must be positive", size)
 	}
 	var b *gpu.Buffer
-	err := d.do(func() error {
-		if w := d.weights; weights && w != nil && w.base == 0 && size == int64(len(w.src)) {
-			base, wins, ids, err := d.addrs.AddWindowed("weights.bin", size, w.tensors, 0)
-			if err != nil {
-				return err
-			}
-			w.base, w.wins, w.ids = base, wins, ids
-			b = &gpu.Buffer{Ptr: base, Size: size, Owner: d}
-			return nil
-		}
-		if uint64(size) > d.MaxBuffer {
-			return fmt.Errorf("metal: allocate %d bytes: more than the device's maxBufferLength %d", size, d.MaxBuffer)
-		}
-		mb, err := d.newBuf(int(size))
-		if err != nil {
-			return err
-		}
-		addr, id, err := d.addrs.Add(fmt.Sprintf("buffer of %d bytes", size), size)
-		if err != nil {
-			d.release(mb)
-			return err
-		}
-		d.mbufs[id] = mb
-		b = &gpu.Buffer{Ptr: addr, Size: size, Owner: d}
-		return nil
+	err := d.do(func() (err error) {
+		b, err = d.allocBuf(size, weights, d)
+		return err
 	})
 	return b, err
 }
 
 // FreeBuffer releases the MTLBuffers behind b (gpu.Owner); its addresses stop resolving.
 func (d *Device) FreeBuffer(b *gpu.Buffer) error {
-	return d.do(func() error {
-		ids, err := d.addrs.Remove(b.Ptr)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if mb := d.mbufs[id]; mb != nil {
-				d.release(mb)
-				delete(d.mbufs, id)
-			}
-		}
-		if d.weights != nil && d.weights.base == b.Ptr {
-			d.weights = nil
-		}
-		return nil
-	})
+	return d.do(func() error { return d.freeBuf(b.Ptr) })
 }
 
 // Upload allocates a buffer of max(len(src), 1) bytes holding a copy of src: a memcpy into the
@@ -140,15 +87,7 @@ func (d *Device) Upload(src []byte) (*gpu.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = d.do(func() error {
-		id, off, err := d.addrs.Span(b.Ptr, 1)
-		if err != nil {
-			return err
-		}
-		copy(d.mbufs[id].Host[off:], src)
-		return nil
-	})
-	if err != nil {
+	if err := d.do(func() error { return d.fillNew(b.Ptr, src) }); err != nil {
 		b.Free()
 		return nil, err
 	}
@@ -168,43 +107,7 @@ func (d *Device) UploadStaged(ctx context.Context, dst *gpu.Buffer, src []byte, 
 	if len(src) == 0 {
 		return st, nil
 	}
-	err := d.do(func() error {
-		if w := d.weights; w != nil && w.base == dst.Ptr && !w.done {
-			noCopy := unsafe.Pointer(&src[0]) == unsafe.Pointer(&w.src[0]) && uintptr(unsafe.Pointer(&src[0]))%PageBytes == 0
-			for i, win := range w.wins {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				var mb *Buffer
-				var err error
-				if noCopy {
-					// The mapping covers whole pages: the last window may end past len(src),
-					// inside the final page of the mapping (PlanWindows rounds to pages).
-					mb, err = d.wrapNoCopy(unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(&src[0]), win.Off)), win.Len))
-				} else if mb, err = d.newBuf(int(win.Len)); err == nil {
-					copy(mb.Host, src[win.Off:min(win.Off+win.Len, int64(len(src)))])
-				}
-				if err != nil {
-					return fmt.Errorf("metal: weights window %d (bytes %d to %d): %w", i, win.Off, win.Off+win.Len, err)
-				}
-				d.mbufs[w.ids[i]] = mb
-			}
-			w.done = true
-			return nil
-		}
-		id, off, err := d.addrs.Span(dst.Ptr, uint64(len(src)))
-		if err != nil {
-			return fmt.Errorf("metal: %s: %w", desc, err)
-		}
-		host := d.mbufs[id].Host[off:]
-		for o := 0; o < len(src); o += 64 << 20 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			copy(host[o:], src[o:min(o+64<<20, len(src))])
-		}
-		return nil
-	})
+	err := d.do(func() error { return d.stageWeights(ctx, dst, src, desc) })
 	st.Wall = time.Since(start)
 	return st, err
 }
@@ -213,86 +116,17 @@ func (d *Device) UploadStaged(ctx context.Context, dst *gpu.Buffer, src []byte, 
 // mapped buffer also gets an address kernels are given (the token ring). Copies to and from
 // it are blits (Queue.CopyHtoD/CopyDtoH), ordered with the queue's other work.
 func (d *Device) HostAlloc(size int64, mapped bool) (*gpu.HostBuffer, error) {
-	if size <= 0 || uint64(size) > d.MaxBuffer {
-		return nil, fmt.Errorf("metal: host buffer of %d bytes: want 1 to %d", size, d.MaxBuffer)
-	}
 	var h *gpu.HostBuffer
-	err := d.do(func() error {
-		mb, err := d.newBuf(int(size))
-		if err != nil {
-			return err
-		}
-		addr, id, err := d.addrs.Add(fmt.Sprintf("host buffer of %d bytes", size), size)
-		if err != nil {
-			d.release(mb)
-			return err
-		}
-		d.mbufs[id] = mb
-		h = &gpu.HostBuffer{Bytes: mb.Host, Owner: d}
-		if mapped {
-			h.DevPtr = addr
-		}
-		d.hosts[h] = addr
-		return nil
+	err := d.do(func() (err error) {
+		h, err = d.allocHost(size, mapped, d)
+		return err
 	})
 	return h, err
 }
 
 // FreeHost releases a host buffer (gpu.HostOwner).
 func (d *Device) FreeHost(h *gpu.HostBuffer) error {
-	return d.do(func() error {
-		addr, ok := d.hosts[h]
-		if !ok {
-			return fmt.Errorf("metal: free of a host buffer this device did not make")
-		}
-		delete(d.hosts, h)
-		ids, err := d.addrs.Remove(addr)
-		if err != nil {
-			return err
-		}
-		for _, id := range ids {
-			if mb := d.mbufs[id]; mb != nil {
-				d.release(mb)
-				delete(d.mbufs, id)
-			}
-		}
-		return nil
-	})
-}
-
-// hostLoc resolves n bytes at off of a host buffer (device thread).
-func (d *Device) hostLoc(h *gpu.HostBuffer, off, n int64) (*Buffer, uint64, error) {
-	addr, ok := d.hosts[h]
-	if !ok {
-		return nil, 0, fmt.Errorf("a host buffer this device did not make (or freed)")
-	}
-	id, o, err := d.addrs.Span(addr+uint64(off), uint64(n))
-	if err != nil {
-		return nil, 0, err
-	}
-	return d.mbufs[id], o, nil
-}
-
-// mtlBuffer returns the MTLBuffer of id (device thread). Errors: a weights window not yet
-// backed (UploadStaged not called), a freed buffer.
-func (d *Device) mtlBuffer(id BufID) (*Buffer, error) {
-	mb := d.mbufs[id]
-	if mb == nil || mb.id == 0 {
-		return nil, fmt.Errorf("metal: buffer %d has no memory (a weights window before UploadStaged, or freed)", id)
-	}
-	return mb, nil
-}
-
-// readLoc returns a copy of n bytes at l (device thread): the Recorder's Read.
-func (d *Device) readLoc(l Loc, n int) ([]byte, error) {
-	mb, err := d.mtlBuffer(l.Buf)
-	if err != nil {
-		return nil, err
-	}
-	if int(l.Off)+n > len(mb.Host) {
-		return nil, fmt.Errorf("%d bytes at offset %d of a %d-byte buffer", n, l.Off, len(mb.Host))
-	}
-	return append([]byte(nil), mb.Host[l.Off:int(l.Off)+n]...), nil
+	return d.do(func() error { return d.freeHostBuf(h) })
 }
 
 // NewQueue makes a queue over a new MTLCommandQueue.

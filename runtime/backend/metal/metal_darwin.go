@@ -13,7 +13,6 @@ import (
 	"github.com/ebitengine/purego/objc"
 
 	"lithos/kernels"
-	"lithos/runtime/backend/gpu"
 )
 
 // LanguageVersion is the MSL version the library is compiled with: MTLLanguageVersion3_1
@@ -54,10 +53,10 @@ type Device struct {
 	// Mac has shown BarrierHazards gives the same tokens: docs/metal.md §6).
 	Barriers BarrierMode
 
-	addrs   AddrTable                  // the synthetic addresses of the gpu.Device interface
-	mbufs   map[BufID]*Buffer          // the MTLBuffer behind each id
-	hosts   map[*gpu.HostBuffer]uint64 // host buffers and their addresses
-	weights *pendingWeights            // the bundle's weights, set by MapWeights
+	// space is the memory of the gpu.Device interface (space.go, shared with the emulated
+	// device of the linux tests): the synthetic addresses, the MTLBuffer behind each id, the
+	// host buffers, the bundle's weights set by MapWeights.
+	space
 }
 
 var (
@@ -127,7 +126,8 @@ func Open() (*Device, error) {
 		return nil, err
 	}
 	d := &Device{owner: startOwner(autoreleased), pipes: map[string]objc.ID{}, bufs: map[*Buffer]struct{}{}, DrainWait: DefaultDrainWait,
-		Timeout: DefaultTimeout, mbufs: map[BufID]*Buffer{}, hosts: map[*gpu.HostBuffer]uint64{}}
+		Timeout: DefaultTimeout}
+	d.space = newSpace(d, 0)
 	err := d.do(func() error {
 		d.dev = createDev()
 		if d.dev == 0 {
@@ -141,6 +141,7 @@ func Open() (*Device, error) {
 			}
 		}
 		d.MaxBuffer = objc.Send[uint64](d.dev, sel("maxBufferLength"))
+		d.maxBuffer = d.MaxBuffer
 		d.WorkingSet = objc.Send[uint64](d.dev, sel("recommendedMaxWorkingSetSize"))
 		d.UnifiedMemory = objc.Send[bool](d.dev, sel("hasUnifiedMemory"))
 		d.GPUCores, _ = gpuCoreCount() // 0: unknown (the profile then names no binned chip)

@@ -149,7 +149,7 @@ func (q *Queue) Launch(kernel string, grid [3]uint32, ctl, prm uint64, bufs ...u
 		}
 		n := q.launches
 		q.launches++
-		r, err := resolveLaunch(&q.d.addrs, q.d.readLoc, n, c)
+		r, err := q.d.resolve(n, c)
 		if err != nil {
 			return err
 		}
@@ -180,26 +180,10 @@ func (q *Queue) Launch(kernel string, grid [3]uint32, ctl, prm uint64, bufs ...u
 	})
 }
 
-// errRecordCopy is the error of a copy or fill queued while recording.
-func errRecordCopy(op string) error {
-	return fmt.Errorf("metal: record: %s inside a recorded program: an indirect command buffer holds only kernel launches (gpu.Queue.Record)", op)
-}
-
-// blitCheck refuses what blits on macOS may not do: offsets and sizes not multiples of 4
-// bytes (MTLBlitCommandEncoder copyFromBuffer/fillBuffer, macOS).
-func blitCheck(op string, offs ...uint64) error {
-	for _, o := range offs {
-		if o%4 != 0 {
-			return fmt.Errorf("metal: %s: offsets and sizes must be multiples of 4 bytes (blits on macOS), got %d", op, o)
-		}
-	}
-	return nil
-}
-
 // CopyHtoD queues a blit of n bytes from the host buffer src at srcOff to dst at dstOff.
 func (q *Queue) CopyHtoD(dst *gpu.Buffer, dstOff int64, src *gpu.HostBuffer, srcOff, n int64) error {
-	if dstOff < 0 || n < 0 || srcOff < 0 || dstOff > dst.Size-n || srcOff > int64(len(src.Bytes))-n {
-		return fmt.Errorf("metal: copy %d bytes host[%d:] → device[%d:] outside the buffers (%d, %d bytes)", n, srcOff, dstOff, len(src.Bytes), dst.Size)
+	if err := checkHtoD(dst, dstOff, src, srcOff, n); err != nil {
+		return err
 	}
 	return q.d.do(func() error {
 		if q.rec != nil {
@@ -208,22 +192,18 @@ func (q *Queue) CopyHtoD(dst *gpu.Buffer, dstOff int64, src *gpu.HostBuffer, src
 		if n == 0 {
 			return nil
 		}
-		sb, so, err := q.d.hostLoc(src, srcOff, n)
+		sb, so, db, do, err := q.d.copyHtoD(dst, dstOff, src, srcOff, n)
 		if err != nil {
-			return fmt.Errorf("metal: copy to the device: %w", err)
+			return err
 		}
-		id, do, err := q.d.addrs.Span(dst.Ptr+uint64(dstOff), uint64(n))
-		if err != nil {
-			return fmt.Errorf("metal: copy to the device: %w", err)
-		}
-		return q.copy(sb, so, id, do, uint64(n), "CopyHtoD")
+		return q.blitCopy(sb, so, db, do, uint64(n), "CopyHtoD")
 	})
 }
 
 // CopyDtoH queues a blit of n bytes from src at srcOff to the host buffer dst at dstOff.
 func (q *Queue) CopyDtoH(dst *gpu.HostBuffer, dstOff int64, src *gpu.Buffer, srcOff, n int64) error {
-	if srcOff < 0 || n < 0 || dstOff < 0 || srcOff > src.Size-n || dstOff > int64(len(dst.Bytes))-n {
-		return fmt.Errorf("metal: copy %d bytes device[%d:] → host[%d:] outside the buffers (%d, %d bytes)", n, srcOff, dstOff, src.Size, len(dst.Bytes))
+	if err := checkDtoH(dst, dstOff, src, srcOff, n); err != nil {
+		return err
 	}
 	return q.d.do(func() error {
 		if q.rec != nil {
@@ -232,29 +212,12 @@ func (q *Queue) CopyDtoH(dst *gpu.HostBuffer, dstOff int64, src *gpu.Buffer, src
 		if n == 0 {
 			return nil
 		}
-		db, do, err := q.d.hostLoc(dst, dstOff, n)
-		if err != nil {
-			return fmt.Errorf("metal: copy to the host: %w", err)
-		}
-		id, so, err := q.d.addrs.Span(src.Ptr+uint64(srcOff), uint64(n))
-		if err != nil {
-			return fmt.Errorf("metal: copy to the host: %w", err)
-		}
-		sb, err := q.d.mtlBuffer(id)
+		sb, so, db, do, err := q.d.copyDtoH(dst, dstOff, src, srcOff, n)
 		if err != nil {
 			return err
 		}
 		return q.blitCopy(sb, so, db, do, uint64(n), "CopyDtoH")
 	})
-}
-
-// copy blits n bytes from sb at so to buffer id at do (device thread).
-func (q *Queue) copy(sb *Buffer, so uint64, id BufID, do, n uint64, op string) error {
-	db, err := q.d.mtlBuffer(id)
-	if err != nil {
-		return err
-	}
-	return q.blitCopy(sb, so, db, do, n, op)
 }
 
 func (q *Queue) blitCopy(sb *Buffer, so uint64, db *Buffer, do, n uint64, op string) error {
@@ -273,8 +236,8 @@ func (q *Queue) blitCopy(sb *Buffer, so uint64, db *Buffer, do, n uint64, op str
 // value: when the value's four bytes are equal (0, 0xFFFFFFFF), else blits of a pattern
 // buffer (at most 64 MiB, released once encoded: the command buffer retains it).
 func (q *Queue) Fill32(dst *gpu.Buffer, off, words int64, value uint32) error {
-	if off < 0 || off%4 != 0 || words < 0 || off > dst.Size-4*words {
-		return fmt.Errorf("metal: fill %d words at byte %d of a %d-byte buffer", words, off, dst.Size)
+	if err := checkFill(dst, off, words); err != nil {
+		return err
 	}
 	return q.d.do(func() error {
 		if q.rec != nil {
@@ -283,11 +246,7 @@ func (q *Queue) Fill32(dst *gpu.Buffer, off, words int64, value uint32) error {
 		if words == 0 {
 			return nil
 		}
-		id, o, err := q.d.addrs.Span(dst.Ptr+uint64(off), uint64(4*words))
-		if err != nil {
-			return fmt.Errorf("metal: fill: %w", err)
-		}
-		db, err := q.d.mtlBuffer(id)
+		db, o, err := q.d.fillLoc(dst, off, words)
 		if err != nil {
 			return err
 		}
@@ -329,7 +288,7 @@ func (q *Queue) Record(enqueue func() error) (gpu.Replay, error) {
 		if q.rec != nil {
 			return errors.New("metal: record: already recording")
 		}
-		q.rec = &Recorder{Table: &q.d.addrs, Read: q.d.readLoc, Mode: q.d.Barriers}
+		q.rec = q.d.recorder(q.d.Barriers, 0)
 		return nil
 	}); err != nil {
 		return nil, err
@@ -449,11 +408,9 @@ func (d *Device) encodePlan(p *Plan) (*Replay, error) {
 		return nil, err
 	}
 	for _, u := range p.Resident {
-		mb := rp.recs
-		if u.Buf != RecordsBuf {
-			if mb, err = d.mtlBuffer(u.Buf); err != nil {
-				return fail(err)
-			}
+		mb, err := d.argBuffer(Loc{Buf: u.Buf}, rp.recs)
+		if err != nil {
+			return fail(err)
 		}
 		use := uint64(usageRead)
 		if u.Write {
@@ -482,11 +439,9 @@ func (d *Device) encodePlan(p *Plan) (*Replay, error) {
 			cmd := icb.Send(sel("indirectComputeCommandAtIndex:"), uint64(i-ch[0]))
 			cmd.Send(sel("setComputePipelineState:"), pipe)
 			for j, a := range c.Args {
-				mb := rp.recs
-				if a.Buf != RecordsBuf {
-					if mb, err = d.mtlBuffer(a.Buf); err != nil {
-						return fail(fmt.Errorf("metal: record: command %d (%s), argument %d: %w", i, c.Kernel, j, err))
-					}
+				mb, err := d.argBuffer(a, rp.recs)
+				if err != nil {
+					return fail(fmt.Errorf("metal: record: command %d (%s), argument %d: %w", i, c.Kernel, j, err))
 				}
 				cmd.Send(sel("setKernelBuffer:offset:atIndex:"), objc.ID(mb.id), uint64(a.Off), uint64(j))
 			}

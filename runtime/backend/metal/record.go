@@ -10,7 +10,8 @@ import (
 
 // MaxCommands is the most commands one indirect command buffer of a plan holds; a longer
 // plan is encoded as several ICBs, executed in order, each in its own compute encoder
-// (Plan.Chunks). Apple's pages for newIndirectCommandBufferWithDescriptor:maxCommandCount:
+// (Plan.Chunks). A Recorder may set a smaller bound (Recorder.MaxCommands: the tests of the
+// emulated device cut real programs into many ICBs). Apple's pages for newIndirectCommandBufferWithDescriptor:maxCommandCount:
 // options: give no upper bound that we could find (searched 2026-12: developer.apple.com
 // MTLDevice/makeIndirectCommandBuffer, MTLIndirectCommandBuffer/size); 16384 is a
 // conservative choice, well above a speculative round (~1–2k commands).
@@ -78,14 +79,25 @@ type Plan struct {
 	Resident []Use // sorted by Buf; RecordsBuf first (read)
 	MaxBind  int   // the most arguments of one command: maxKernelBufferBindCount
 	Barriers int   // commands with a barrier
+	// ChunkCommands is the most commands of one ICB (Recorder.MaxCommands; 0: MaxCommands).
+	ChunkCommands int
+}
+
+// chunkLen is the most commands of one ICB of the plan.
+func (p *Plan) chunkLen() int {
+	if p.ChunkCommands > 0 {
+		return p.ChunkCommands
+	}
+	return MaxCommands
 }
 
 // Chunks returns the command ranges [lo, hi) of the ICBs the plan is encoded into, each at
-// most MaxCommands long.
+// most ChunkCommands (MaxCommands) long.
 func (p *Plan) Chunks() [][2]int {
 	var c [][2]int
-	for lo := 0; lo < len(p.Commands); lo += MaxCommands {
-		c = append(c, [2]int{lo, min(lo+MaxCommands, len(p.Commands))})
+	n := p.chunkLen()
+	for lo := 0; lo < len(p.Commands); lo += n {
+		c = append(c, [2]int{lo, min(lo+n, len(p.Commands))})
 	}
 	return c
 }
@@ -214,6 +226,9 @@ type Recorder struct {
 	// shared memory, readable by the host).
 	Read func(l Loc, n int) ([]byte, error)
 	Mode BarrierMode
+	// MaxCommands bounds the commands of one ICB (≤ 0 or more than MaxCommands: MaxCommands);
+	// the first command of each ICB gets a barrier in every mode.
+	MaxCommands int
 
 	res []resolved
 	err error
@@ -250,6 +265,10 @@ func (r *Recorder) Finish() (*Plan, error) {
 		return nil, fmt.Errorf("metal: record: the program queued no launch")
 	}
 	p := &Plan{}
+	if r.MaxCommands > 0 && r.MaxCommands < MaxCommands {
+		p.ChunkCommands = r.MaxCommands
+	}
+	chunk := p.chunkLen()
 	use := map[BufID]bool{}
 	var open []access
 	for i, x := range r.res {
@@ -263,7 +282,7 @@ func (r *Recorder) Finish() (*Plan, error) {
 			return nil, fmt.Errorf("metal: record: %d commands' records exceed 4 GiB", i+1)
 		}
 		switch {
-		case r.Mode == BarrierSerial || i%MaxCommands == 0:
+		case r.Mode == BarrierSerial || i%chunk == 0:
 			c.Barrier = true
 		default:
 			for _, a := range x.acc {
