@@ -125,9 +125,12 @@ const BLMRingBytes = BLMThreads / 32 * BLMRing * 5 * 32 * 16
 const BLMMaxWarpBlocks = 2
 
 // BLMWaveGroups is the threadgroup count NewBLMParams wants at least before it gives a
-// threadgroup more blocks: two per multiprocessor of the H200 (132), about what the tensor-core
-// kernels keep resident (3–5 threadgroups of 128 threads at 90–153 registers per thread).
-const BLMWaveGroups = 2 * 132
+// threadgroup more blocks: one per multiprocessor of the H200 (132). With the activations'
+// staging overlapped with the MMAs (docs/performance.md §3.3d), two blocks per simdgroup beat
+// one at 8 rows on the 320–384-block matrices (down, out_proj, in_proj_z: +7–10 %, at −4–10 %
+// for one row), so those now take K in 4 parts × 2 blocks (160–192 threadgroups); it was
+// 2 · 132 before.
+const BLMWaveGroups = 132
 
 // BLMGroupBlocks returns the blocks of 16 rows one BLM threadgroup covers: (BLMThreads/32/parts)
 // simdgroups per part, each with warpBlocks blocks.
@@ -137,9 +140,9 @@ func BLMGroupBlocks(parts, warpBlocks uint32) uint32 { return BLMThreads / 32 / 
 // threadgroup stages and splits the activations of all of K once for its blocks, so the split
 // gives a threadgroup as many blocks as still leaves BLMWaveGroups threadgroups: K whole and 8
 // blocks (two per simdgroup) for the wide matrices (the MLP's gate_up, the LM head), else K in 4
-// parts with 2 blocks (the 896–1024-block GDN in_proj and attention qkv), else K in 4 parts and
-// 1 block (the 320-block down, out_proj, o_proj). Measured on the H200 at the
-// 27B's shapes, docs/performance.md §3. The split depends on the shape only, never on the row
+// parts with 2 blocks (the 320–1024-block GDN in_proj, attention qkv, down, out_proj, o_proj),
+// else K in 4 parts and 1 block (the smallest, e.g. in_proj_ab). Measured on the H200 at the
+// 27B's shapes, docs/performance.md §3.3d. The split depends on the shape only, never on the row
 // count, so a decode step and a verify pass sum in the same order (bit-identical rows).
 func BLMSplit(blocks int64) (parts, warpBlocks uint32) {
 	for _, s := range [][2]uint32{{1, 2}, {4, 2}} {

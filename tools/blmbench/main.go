@@ -51,7 +51,7 @@ var shapes = []shape{
 
 func main() {
 	out := flag.String("o", "blmbench", "output directory")
-	splits := flag.Bool("splits", false, "at 8 rows, also every other work split")
+	splits := flag.Bool("splits", false, "also every other work split (1 and 8 rows)")
 	flag.Parse()
 	if err := write(*out, *splits); err != nil {
 		fmt.Fprintln(os.Stderr, "blmbench:", err)
@@ -81,7 +81,7 @@ func write(dir string, allSplits bool) error {
 			}
 			names[kname] = true
 			splits := [][2]uint32{{p0.Parts, p0.WarpBlocks}}
-			if rows == 8 && allSplits {
+			if allSplits {
 				for _, sp := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}} {
 					if sp != splits[0] {
 						splits = append(splits, sp)

@@ -26,8 +26,8 @@ func TestWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(cases)), "\n")
-	if want := len(shapes) * (1 + 5); len(lines) != want {
-		t.Fatalf("%d cases, want %d (each shape: 1 row, 8 rows × 5 splits)", len(lines), want)
+	if want := len(shapes) * (5 + 5); len(lines) != want {
+		t.Fatalf("%d cases, want %d (each shape: 1 and 8 rows × 5 splits)", len(lines), want)
 	}
 	for _, l := range lines {
 		f := strings.Fields(l)
