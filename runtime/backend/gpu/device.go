@@ -8,6 +8,18 @@ import (
 	"unsafe"
 )
 
+// ErrDeviceBusy is wrapped by a device's error when work it was given may still be running
+// after a bounded wait gave up on it (Metal: metal.ErrStuck, a command buffer still running
+// after Queue.Wait's bound and the drain wait that follows; the CUDA backend may wrap it for a
+// stream it cannot show idle): the device may still read and write every buffer and host
+// buffer that work uses, including host memory it wraps without a copy (the weights' mapping),
+// so none of them may be freed or unmapped. Session.Close and Target.Close then keep
+// (leak) their memory instead of freeing it and return an error wrapping ErrDeviceBusy, so
+// the caller keeps the bundle mapped too. Target.Close still calls the owned Device.Close: a
+// device whose Wait can return ErrDeviceBusy must make its Close safe in that state (Metal
+// waits once more and keeps what is still in use for the life of the process).
+var ErrDeviceBusy = errors.New("gpu: the device may still be running work that uses its memory")
+
 // Device is what the runtime needs of one GPU: memory, queues and the kernel module of
 // lithos/kernels (every kernel of kernels.Kernels(), compiled for the device and loaded). The
 // CUDA backend implements it over the driver API (a stream per Queue, CUDA graphs for Record),
@@ -69,7 +81,8 @@ type Queue interface {
 	Record(enqueue func() error) (Replay, error)
 	// Wait blocks until everything queued so far has finished, at most timeout (≤ 0: the
 	// device's default bound); past it the error wraps the device's timeout error instead of
-	// hanging. A kernel fault is returned as the device reports it.
+	// hanging, and ErrDeviceBusy when the work may still be running. A kernel fault is
+	// returned as the device reports it.
 	Wait(timeout time.Duration) error
 	// Close releases the queue (work already queued still completes).
 	Close() error

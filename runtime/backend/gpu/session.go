@@ -437,6 +437,41 @@ func (s *Session) QueueStep() error {
 // compare it with a reference).
 func (s *Session) Logits() *Buffer { return s.logits }
 
+// LastLogits copies the logits row the anchor (the last sampled token) was sampled from —
+// row 0 of Logits() after a plain step (decode, the last prefill chunk) — from the device into
+// dst, grown as needed, and returns it: float32 [Vocab], as the LM head wrote them.
+// runtime/generate's first-use self-check compares it with the CPU backend's. Errors: a
+// closed session, a session with a drafter (a round samples from several rows), no anchor
+// (nothing sampled yet), a copy or wait that fails (the device's error).
+func (s *Session) LastLogits(dst []float32) ([]float32, error) {
+	switch {
+	case s.closed:
+		return nil, errors.New("session: closed")
+	case s.spec != nil:
+		return nil, fmt.Errorf("%s: session: LastLogits of a session with a drafter (a round samples from several rows)", s.pfx)
+	case s.ss.Anchor < 0:
+		return nil, fmt.Errorf("%s: session: LastLogits: no token sampled yet", s.pfx)
+	}
+	vocab := s.t.Cfg.Vocab
+	n := int64(4 * vocab)
+	h, err := s.d.HostAlloc(n, false)
+	if err != nil {
+		return nil, fmt.Errorf("%s: LastLogits: %w", s.pfx, err)
+	}
+	defer h.Free()
+	if err := s.s.CopyDtoH(h, 0, s.logits, 0, n); err != nil {
+		return nil, fmt.Errorf("%s: LastLogits: %w", s.pfx, err)
+	}
+	if err := s.s.Wait(0); err != nil {
+		return nil, fmt.Errorf("%s: LastLogits: %w", s.pfx, err)
+	}
+	dst = slices.Grow(dst[:0], vocab)[:vocab]
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(h.Bytes[4*i:]))
+	}
+	return dst, nil
+}
+
 // DraftOutputs returns, for a session with a drafter, the block size B and the buffers the
 // last round's drafter wrote: the Markov-adjusted logits [B, vocab] and the confidence head's
 // dot products [B] (float32; tests compare them with a reference). ok is false without a
@@ -625,14 +660,24 @@ func (s *Session) Decode(ctx context.Context, steps int) error {
 	return nil
 }
 
-// Close releases the session's device state.
+// Close waits for the session's queued work (the device's bound), then releases its device
+// state. When the wait ends with ErrDeviceBusy (the work may still be running), nothing is
+// freed — buffers, host buffers (the ring, written by the device), programs and the queue are
+// kept (leaked) rather than freed under the device — the Target is told (its Close keeps the
+// weights too), and the error wraps ErrDeviceBusy. Other wait errors do not stop the release
+// (the work has ended).
 func (s *Session) Close() error {
 	if s.closed {
 		return nil
 	}
 	s.closed = true
 	if s.s != nil {
-		s.s.Wait(0)
+		if err := s.s.Wait(0); errors.Is(err, ErrDeviceBusy) {
+			if s.t != nil {
+				s.t.markBusy(err)
+			}
+			return fmt.Errorf("%s: close session: its device memory is kept, the device may still be using it: %w", s.pfx, err)
+		}
 	}
 	if s.decode != nil {
 		s.decode.close()

@@ -2,10 +2,12 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"lithos/formats"
@@ -51,6 +53,19 @@ type Target struct {
 	owned  bool      // Close also closes the device (Load)
 	pfx    string    // error prefix: the device's name in lower case ("cuda")
 	drafts []*DSpark // draft heads bound by LoadDraft (Close frees their buffers)
+
+	busyMu sync.Mutex
+	busy   error // a Session.Close's wait ended with ErrDeviceBusy: Close keeps the memory
+}
+
+// markBusy records that work on the device may still be running (err wraps ErrDeviceBusy):
+// Close then keeps the target's memory.
+func (t *Target) markBusy(err error) {
+	t.busyMu.Lock()
+	defer t.busyMu.Unlock()
+	if t.busy == nil {
+		t.busy = err
+	}
 }
 
 // KernelFormats are the BLM formats the kernels of lithos/kernels read (on every device); a
@@ -233,7 +248,25 @@ func (t *Target) TensorAt(name string) (uint64, bool) {
 }
 
 // Close frees the device buffers (not the bundle; the device only when the Target owns it: Load).
+// When a Session.Close found the device still running work (ErrDeviceBusy), the buffers are
+// kept (leaked), since the work may still read the weights and vectors, and the error wraps
+// ErrDeviceBusy: the caller must then keep the bundle mapped (the weights may be its mapping,
+// wrapped without a copy) for the life of the process. An owned device is closed either way
+// (a device whose Wait can report ErrDeviceBusy makes its Close safe then).
 func (t *Target) Close() error {
+	t.busyMu.Lock()
+	busy := t.busy
+	t.busy = nil // reported once: a second Close finds nothing to free and returns nil
+	t.busyMu.Unlock()
+	if busy != nil {
+		t.drafts, t.vecs, t.Weights = nil, nil, nil
+		err := fmt.Errorf("%s: close: the weights and vectors are kept, the device may still be using them: %w", t.pfx, busy)
+		if t.owned {
+			t.owned = false
+			err = errors.Join(err, t.Device.Close())
+		}
+		return err
+	}
 	var err error
 	for _, d := range t.drafts {
 		if e := d.close(); err == nil {

@@ -15,6 +15,11 @@ type BufID int32
 // encoded.
 const RecordsBuf BufID = -1
 
+// noBuf is region.buf of a windowed region, which has one id per window (winIDs) and none of
+// its own: distinct from RecordsBuf and from every id newID hands out (≥ 0), so a path that
+// took it for a buffer id would name no buffer rather than the records arena.
+const noBuf BufID = math.MinInt32
+
 // Address space constants. The device interface (runtime/backend/gpu) gives kernels 64-bit
 // addresses; Metal has none, so each device hands out synthetic ones: every region (an
 // allocation) starts on an AddrAlign boundary, the first at AddrBase, and a gap of at least
@@ -49,11 +54,13 @@ type AddrTable struct {
 	nextID  BufID
 }
 
-// region is one allocation: a plain buffer (buf) or the windowed weights (wins, tensors).
+// region is one allocation: a plain buffer (buf) or the windowed weights (windowed: wins,
+// winIDs, tensors; buf is noBuf).
 type region struct {
 	name       string
 	base, size uint64
 	buf        BufID
+	windowed   bool
 	wins       []Window
 	winIDs     []BufID
 	tensors    []piece // windowed: non-empty tensors sorted by offset
@@ -121,7 +128,7 @@ func (t *AddrTable) AddWindowed(name string, size int64, tensors []Range, maxWin
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("metal: mapping %s: %w", name, err)
 	}
-	r := region{name: name, size: uint64(size), buf: -1, wins: wins}
+	r := region{name: name, size: uint64(size), buf: noBuf, windowed: true, wins: wins}
 	for i, tr := range tensors {
 		if tr.Len > 0 {
 			r.tensors = append(r.tensors, piece{off: uint64(tr.Off), len: uint64(tr.Len), win: pl[i].Window})
@@ -148,7 +155,7 @@ func (t *AddrTable) AddWindowed(name string, size int64, tensors []Range, maxWin
 }
 
 // Remove forgets the region whose base is addr and returns its buffer ids (one, or one per
-// window). Errors: addr is not the base of a live region.
+// window: none for a mapping without tensors). Errors: addr is not the base of a live region.
 func (t *AddrTable) Remove(addr uint64) ([]BufID, error) {
 	i := t.find(addr)
 	if i < 0 || t.regions[i].base != addr {
@@ -156,7 +163,7 @@ func (t *AddrTable) Remove(addr uint64) ([]BufID, error) {
 	}
 	r := t.regions[i]
 	t.regions = append(t.regions[:i], t.regions[i+1:]...)
-	if r.winIDs != nil {
+	if r.windowed {
 		return r.winIDs, nil
 	}
 	return []BufID{r.buf}, nil
@@ -183,7 +190,7 @@ func (t *AddrTable) locate(addr, n uint64) (BufID, uint64, uint64, error) {
 	}
 	r := &t.regions[i]
 	o := addr - r.base
-	if r.winIDs == nil {
+	if !r.windowed {
 		if n > r.size-o {
 			return 0, 0, 0, fmt.Errorf("bytes [%#x, +%d) run past the end of buffer %s (%d bytes, from offset %d)", addr, n, r.name, r.size, o)
 		}

@@ -87,6 +87,36 @@ func TestAddrTable(t *testing.T) {
 	}
 }
 
+// TestAddrTableWindowedNoTensors: a windowed mapping without tensors has no windows and so
+// no window ids; its addresses resolve to nothing (before noBuf, the region's own id was -1,
+// RecordsBuf, and they resolved into the records arena), and Remove returns no id.
+func TestAddrTableWindowedNoTensors(t *testing.T) {
+	if noBuf == RecordsBuf || noBuf >= 0 {
+		t.Fatalf("noBuf %d must differ from RecordsBuf %d and every id", noBuf, RecordsBuf)
+	}
+	var at AddrTable
+	w, wins, ids, err := at.AddWindowed("empty", 4*PageBytes, nil, 0)
+	if err != nil || len(wins) != 0 || len(ids) != 0 {
+		t.Fatalf("windows %v ids %v: %v", wins, ids, err)
+	}
+	for _, addr := range []uint64{w, w + 100, w + PageBytes} {
+		if l, err := at.Resolve(addr, 0); err == nil || !strings.Contains(err.Error(), "is in no tensor") {
+			t.Errorf("%#x: %+v %v, want an error saying it is in no tensor", addr, l, err)
+		}
+		if id, off, err := at.Span(addr, 4); err == nil {
+			t.Errorf("%#x: span %d %d, want an error", addr, id, off)
+		}
+	}
+	got, err := at.Remove(w)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("remove: ids %v, %v; want none", got, err)
+	}
+	// A plain buffer added afterwards still gets a fresh non-negative id.
+	if _, id, err := at.Add("b", 8); err != nil || id < 0 {
+		t.Fatalf("add after: id %d %v", id, err)
+	}
+}
+
 // addrModel is a brute-force model of the table for the fuzz test: live regions by base.
 type addrModel struct {
 	base, size uint64

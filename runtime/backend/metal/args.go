@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lithos/kernels"
+	"lithos/runtime/backend/gpu"
 )
 
 // Buffer is a Metal buffer (MTLBuffer, shared storage) with its host view. Buffers come from
@@ -155,4 +156,13 @@ var ErrTimeout = errors.New("metal: command buffer timed out")
 // the GPU may still read and write its buffers, including caller memory wrapped by WrapNoCopy.
 // The device is then broken: every later call returns this error, and the caller must keep
 // every no-copy window mapped until Close returns nil (or for the life of the process).
-var ErrStuck = errors.New("metal: command buffer still running after its timeout")
+// errors.Is(err, gpu.ErrDeviceBusy) is true for it, so the device-neutral runtime keeps its
+// memory too (gpu.Session.Close, gpu.Target.Close).
+var ErrStuck error = errStuck{}
+
+type errStuck struct{}
+
+func (errStuck) Error() string { return "metal: command buffer still running after its timeout" }
+
+// Is reports ErrStuck as a gpu.ErrDeviceBusy.
+func (errStuck) Is(target error) bool { return target == gpu.ErrDeviceBusy }

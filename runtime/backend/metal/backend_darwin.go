@@ -4,6 +4,7 @@ package metal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -43,8 +44,7 @@ func (Backend) Load(ctx context.Context, bd *bundle.Bundle) (backend.Target, err
 	d.MapWeights(bd)
 	t, err := gpu.Load(ctx, d, bd)
 	if err != nil {
-		d.Close()
-		return nil, err
+		return nil, errors.Join(err, d.Close())
 	}
 	return t, nil
 }

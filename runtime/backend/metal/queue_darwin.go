@@ -25,7 +25,8 @@ const (
 )
 
 // maxInflight bounds the command buffers a queue has committed and not yet waited for: past
-// it, the oldest is waited for (bounded) before more work is committed.
+// it, Replay.Launch waits for the oldest (bounded, polling like Wait: the device thread stays
+// free for other queues meanwhile).
 const maxInflight = 16
 
 // Queue implements gpu.Queue over one MTLCommandQueue. Direct launches (a compute encoder,
@@ -49,17 +50,21 @@ var _ gpu.Queue = (*Queue)(nil)
 
 // encoder returns the open encoder of the kind asked for, ending one of the other kind and
 // starting a command buffer when none is being filled (device thread). Objects kept across
-// calls are retained: each call drains its autorelease pool.
+// calls are retained: each call drains its autorelease pool. When Metal gives no encoder, the
+// command buffer is not kept for the next call: released when this call made it (it holds
+// nothing), else committed, so the work queued in it before still runs, in order, and Wait
+// waits for it.
 func (q *Queue) encoder(blit bool) (objc.ID, error) {
 	if q.q == 0 {
 		return 0, errors.New("metal: the queue is closed")
 	}
+	fresh := false
 	if q.cb == 0 {
 		cb := q.q.Send(sel("commandBuffer"))
 		if cb == 0 {
 			return 0, errors.New("metal: commandBuffer returned nil")
 		}
-		q.cb = cb.Send(sel("retain"))
+		q.cb, fresh = cb.Send(sel("retain")), true
 	}
 	if q.enc != 0 && q.blit != blit {
 		q.endEncoder()
@@ -71,6 +76,12 @@ func (q *Queue) encoder(blit bool) (objc.ID, error) {
 		}
 		enc := q.cb.Send(sel(name))
 		if enc == 0 {
+			if fresh {
+				q.cb.Send(sel("release"))
+				q.cb = 0
+			} else {
+				q.commit()
+			}
 			return 0, fmt.Errorf("metal: %s returned nil", name)
 		}
 		q.enc, q.blit = enc.Send(sel("retain")), blit
@@ -86,55 +97,89 @@ func (q *Queue) endEncoder() {
 	}
 }
 
-// commit commits the command buffer being filled, if any (device thread).
-func (q *Queue) commit() error {
+// commit commits the command buffer being filled, if any, to the in-flight list (device
+// thread). It waits for nothing: Wait and bound do, off the device thread.
+func (q *Queue) commit() {
 	q.endEncoder()
 	if q.cb != 0 {
 		q.cb.Send(sel("commit"))
 		q.inflight = append(q.inflight, q.cb)
 		q.cb = 0
 	}
-	return q.bound()
 }
 
-// bound waits, on the device thread, for the oldest committed command buffers while more
-// than maxInflight are pending.
+// bound waits for the oldest committed command buffers while more than maxInflight are in
+// flight: each is taken off the list in one short call on the device thread, then awaited
+// like Wait's (every poll one short call), so other queues and Alloc, Fit, … keep running.
+// Not on the device thread.
 func (q *Queue) bound() error {
-	for len(q.inflight) > maxInflight {
-		cb := q.inflight[0]
-		q.inflight = q.inflight[1:]
-		r := await(func() cbState { return cbStatus(cb) }, q.d.Timeout, q.d.DrainWait, realClock{})
-		if err := q.d.finish(cb, r, q.d.Timeout, "queue"); err != nil {
+	for {
+		var cb objc.ID
+		if err := q.d.do(func() error {
+			if len(q.inflight) > maxInflight {
+				cb = q.inflight[0]
+				q.inflight = q.inflight[1:]
+			}
+			return nil
+		}); err != nil || cb == 0 {
+			return err
+		}
+		what := fmt.Sprintf("queue (the oldest of more than %d command buffers in flight)", maxInflight)
+		if err := q.awaitList([]objc.ID{cb}, q.d.Timeout, what); err != nil {
 			return err
 		}
 	}
-	return nil
 }
 
-// finish ends the wait for a committed, retained command buffer (device thread): released
-// when it is done; an error naming what when it failed or completed late (ErrTimeout); when
-// it is still running (ErrStuck) it stays retained for Close and the device is broken.
+// awaitList waits for the committed, retained command buffers of list in commit order, at
+// most timeout + DrainWait in all (awaitInOrder: the rest are still awaited after one fails;
+// each poll of a status is one short call on the device thread). Each that ends is released
+// (finish); the first still running after the bounds and every later one are kept for Close
+// and the device is broken (stall: ErrStuck). Not on the device thread.
+func (q *Queue) awaitList(list []objc.ID, timeout time.Duration, what string) error {
+	name := func(i int) string {
+		if len(list) == 1 {
+			return what
+		}
+		return fmt.Sprintf("%s (command buffer %d of %d)", what, i+1, len(list))
+	}
+	return awaitInOrder(len(list), newWaiter(timeout, q.d.DrainWait, realClock{}),
+		func(i int) (st cbState, err error) {
+			err = q.d.do(func() error { st = cbStatus(list[i]); return nil })
+			return st, err
+		},
+		func(i int, r waitResult) error {
+			return q.d.do(func() error { return q.d.finish(list[i], r, timeout, name(i)) })
+		},
+		func(i int, r waitResult) error {
+			return q.d.do(func() error { return q.d.stall(list[i:], r, timeout, name(i)) })
+		})
+}
+
+// finish ends the wait for a committed, retained command buffer that is no longer running
+// (device thread): it is released; the error names what when it failed, or completed late
+// (ErrTimeout: the GPU is done with it, the device stays usable).
 func (d *Device) finish(cb objc.ID, r waitResult, timeout time.Duration, what string) error {
+	var err error
 	switch {
 	case r.state == cbFailed:
-		err := fmt.Errorf("metal: %s: command buffer error: %s", what, describe(cb.Send(sel("error"))))
-		cb.Send(sel("release"))
-		return err
-	case r.state == cbRunning:
-		if d.stuck == 0 {
-			d.stuck = cb // polled again by Close
-		} else {
-			cb.Send(sel("release"))
-		}
-		err := fmt.Errorf("metal: %s: still running %v after its %v timeout: %w; the device is unusable, keep its no-copy memory mapped", what, r.waited, timeout, ErrStuck)
-		d.fail(err)
-		return err
+		err = fmt.Errorf("metal: %s: command buffer error: %s", what, describe(cb.Send(sel("error"))))
+	case r.late:
+		err = fmt.Errorf("metal: %s: completed after %v, past its %v timeout: %w", what, r.waited, timeout, ErrTimeout)
 	}
 	cb.Send(sel("release"))
-	if r.late {
-		return fmt.Errorf("metal: %s: completed after %v, past its %v timeout: %w", what, r.waited, timeout, ErrTimeout)
-	}
-	return nil
+	return err
+}
+
+// stall keeps cbs — retained command buffers, the first still running after its wait's
+// bounds, the others committed after it — for Close to poll again, and marks the device
+// broken (device thread): the GPU may still use any of the device's memory, so nothing of it
+// may be freed. The error wraps ErrStuck (a gpu.ErrDeviceBusy).
+func (d *Device) stall(cbs []objc.ID, r waitResult, timeout time.Duration, what string) error {
+	d.stuck = append(d.stuck, cbs...)
+	err := fmt.Errorf("metal: %s: still running %v after its %v timeout: %w; the GPU may still be using the device's memory: the device is unusable, keep its buffers and no-copy memory", what, r.waited, timeout, ErrStuck)
+	d.fail(err)
+	return err
 }
 
 // Launch queues kernel over grid threadgroups (gpu.Queue.Launch): while recording, it adds
@@ -315,40 +360,26 @@ func (q *Queue) Record(enqueue func() error) (gpu.Replay, error) {
 }
 
 // Wait commits the command buffer being filled and waits for every command buffer the queue
-// committed, in order, at most timeout in all (≤ 0: Device.Timeout); each poll of a status
-// is one short call on the device thread, so other queues keep queuing meanwhile. Errors: a
-// command buffer's error, ErrTimeout (done within DrainWait after the bound), ErrStuck.
+// committed, in order, at most timeout (≤ 0: Device.Timeout) plus one DrainWait in all; each
+// poll of a status is one short call on the device thread, so other queues keep queuing
+// meanwhile. A failed command buffer does not end the wait: the ones after it may still be
+// running, so they are still awaited before Wait returns. Errors: the first command buffer's
+// error or ErrTimeout (done within DrainWait after the bound), joined with ErrStuck (a
+// gpu.ErrDeviceBusy: one still running after both; the GPU may still be using the device's
+// memory, the device is broken) or the device's error when it closed or broke meanwhile.
 func (q *Queue) Wait(timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = q.d.Timeout
 	}
 	var list []objc.ID
 	if err := q.d.do(func() error {
-		err := q.commit()
+		q.commit()
 		list, q.inflight = q.inflight, nil
-		return err
+		return nil
 	}); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(timeout)
-	var first error
-	for i, cb := range list {
-		if first != nil {
-			q.d.do(func() error { cb.Send(sel("release")); return nil })
-			continue
-		}
-		poll := func() cbState {
-			st := cbFailed
-			q.d.do(func() error { st = cbStatus(cb); return nil })
-			return st
-		}
-		r := await(poll, max(time.Until(deadline), time.Millisecond), q.d.DrainWait, realClock{})
-		what := fmt.Sprintf("wait (command buffer %d of %d)", i+1, len(list))
-		if err := q.d.do(func() error { return q.d.finish(cb, r, timeout, what) }); err != nil {
-			first = err
-		}
-	}
-	return first
+	return q.awaitList(list, timeout, "wait")
 }
 
 // Close commits what is being filled (queued work still completes), drops the queue's
@@ -473,19 +504,18 @@ func (r *Replay) release() {
 // that declares every resource of the plan resident (useResource:usage:, read or read-write;
 // an MTLResidencySet, macOS 15+, is not used) and executes the ICB's commands
 // (executeCommandsInBuffer:withRange:), committed at once (one round per command buffer, as
-// the reference engine does, lithos-metal.md §6.3).
+// the reference engine does, lithos-metal.md §6.3). With more than maxInflight command
+// buffers in flight it then waits for the oldest (bound); its error is that wait's.
 func (r *Replay) Launch(gq gpu.Queue) error {
 	q, ok := gq.(*Queue)
 	if !ok || q.d != r.d {
 		return errors.New("metal: replay on a queue of another device")
 	}
-	return r.d.do(func() error {
+	err := r.d.do(func() error {
 		if r.icbs == nil {
 			return errors.New("metal: replay of a closed program")
 		}
-		if err := q.commit(); err != nil {
-			return err
-		}
+		q.commit()
 		if q.q == 0 {
 			return errors.New("metal: the queue is closed")
 		}
@@ -507,12 +537,18 @@ func (r *Replay) Launch(gq gpu.Queue) error {
 		}
 		cb.Send(sel("commit"))
 		q.inflight = append(q.inflight, cb.Send(sel("retain")))
-		return q.bound()
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return q.bound()
 }
 
 // Close releases the indirect command buffers and the records arena; a second Close does
-// nothing. Command buffers already committed keep what they use alive.
+// nothing. No replay of it may be in flight: a command buffer is not documented to retain the
+// ICBs it executes nor the resources declared only with useResource:usage:, so close it after
+// a Wait on its queue (after an ErrStuck the device is broken and Close releases nothing).
 func (r *Replay) Close() error {
 	return r.d.do(func() error {
 		r.release()

@@ -1,6 +1,9 @@
 package metal
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // cbState is what polling a command buffer's status says (MTLCommandBufferStatus, reduced).
 type cbState int
@@ -44,23 +47,83 @@ type waitResult struct {
 // buffers (caller memory, for no-copy windows) until it completes, so the caller must not
 // return control over that memory while it runs. The result says which: in time, late (done
 // during the drain wait: report a timeout, the device stays usable) or stuck (state
-// cbRunning: the device must be marked broken and its memory kept).
+// cbRunning: the device must be marked broken and its memory kept). It is one waiter's wait.
 func await(poll func() cbState, timeout, drain time.Duration, c clock) waitResult {
+	r, _ := newWaiter(timeout, drain, c).wait(func() (cbState, error) { return poll(), nil })
+	return r
+}
+
+// waiter bounds a wait for one or more committed command buffers, awaited one after another
+// in commit order: one deadline, timeout after the start, and once that has passed with a
+// buffer still running, one drain window of drain shared by the rest (n buffers wait at most
+// timeout + drain in all, not n times that).
+type waiter struct {
+	c        clock
+	start    time.Time
+	deadline time.Time
+	drain    time.Duration
+	late     bool // the deadline has passed: deadline is the end of the drain window
+}
+
+func newWaiter(timeout, drain time.Duration, c clock) *waiter {
 	start := c.Now()
-	deadline := start.Add(timeout)
-	late := false
+	return &waiter{c: c, start: start, deadline: start.Add(timeout), drain: drain}
+}
+
+// wait polls one command buffer until it leaves cbRunning or the waiter's bounds pass (state
+// cbRunning: stuck). An error from poll (the device could not be asked: closed, or broken by
+// another wait) ends the wait with that error and state cbRunning (nothing is known).
+func (w *waiter) wait(poll func() (cbState, error)) (waitResult, error) {
 	for {
-		st := poll()
-		now := c.Now()
+		st, err := poll()
+		now := w.c.Now()
+		r := waitResult{state: st, late: w.late, waited: now.Sub(w.start)}
+		if err != nil {
+			r.state = cbRunning
+			return r, err
+		}
 		if st != cbRunning {
-			return waitResult{state: st, late: late, waited: now.Sub(start)}
+			return r, nil
 		}
-		if !late && now.After(deadline) {
-			late = true
-			deadline = now.Add(drain)
-		} else if late && now.After(deadline) {
-			return waitResult{state: cbRunning, late: true, waited: now.Sub(start)}
+		if now.After(w.deadline) {
+			if w.late {
+				return r, nil
+			}
+			w.late = true
+			w.deadline = now.Add(w.drain)
 		}
-		c.Sleep(pollInterval)
+		w.c.Sleep(pollInterval)
 	}
+}
+
+// awaitInOrder waits, under w, for n committed command buffers in commit order (index 0
+// first). done(i, r) ends the wait for buffer i once it has left cbRunning (it releases the
+// buffer; its error: the buffer failed, or completed late). An error does not stop the loop:
+// the buffers committed after a failed one may still be running, using memory the caller will
+// free once the wait returns, so each is still awaited within the same bounds. The loop stops
+// early only when buffer i is still running after the bounds — stuck(i, r) is then called
+// once: buffer i and every later one, unreleased, must be kept (the device is broken) — or
+// when poll fails (the device closed or broken meanwhile: buffers i… are left unreleased).
+// The result is the first error of done, joined with the error that stopped the loop.
+func awaitInOrder(n int, w *waiter, poll func(i int) (cbState, error), done, stuck func(i int, r waitResult) error) error {
+	var first error
+	join := func(err error) error {
+		if first == nil {
+			return err
+		}
+		return errors.Join(first, err)
+	}
+	for i := range n {
+		r, err := w.wait(func() (cbState, error) { return poll(i) })
+		if err != nil {
+			return join(err)
+		}
+		if r.state == cbRunning {
+			return join(stuck(i, r))
+		}
+		if err := done(i, r); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
