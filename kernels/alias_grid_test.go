@@ -110,13 +110,14 @@ func TestGridMatchesThreads(t *testing.T) {
 		index  string                   // the template's element index expression
 		grid   func(n uint32) [3]uint32 // the record's Grid for n elements
 		axis   int
+		lanes  uint32 // threads per element (GDN: a quad per state column); 0 means 1
 	}{
-		{"lithos_ewise", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return EwiseParams{N: n, Rows: 3}.Grid() }, 0},
-		{"lithos_gdn", "tg.y * THREADS + tid", func(n uint32) [3]uint32 { return GDNParams{VHeads: 3, VDim: n}.Grid() }, 1},
-		{"lithos_conv", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return ConvParams{Channels: n}.Grid() }, 0},
-		{"lithos_kv_append", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return KVAppendParams{Width: n, Rows: 3}.Grid() }, 0},
-		{"lithos_gather", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return GatherParams{Width: n, Rows: 3}.Grid() }, 0},
-		{"lithos_copy", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return CopyParams{N: n, Rows: 3}.Grid() }, 0},
+		{"lithos_ewise", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return EwiseParams{N: n, Rows: 3}.Grid() }, 0, 0},
+		{"lithos_gdn", "tg.y * 32u + sg * 8u + (lane >> 2)", func(n uint32) [3]uint32 { return GDNParams{VHeads: 3, VDim: n}.Grid() }, 1, 4},
+		{"lithos_conv", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return ConvParams{Channels: n}.Grid() }, 0, 0},
+		{"lithos_kv_append", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return KVAppendParams{Width: n, Rows: 3}.Grid() }, 0, 0},
+		{"lithos_gather", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return GatherParams{Width: n, Rows: 3}.Grid() }, 0, 0},
+		{"lithos_copy", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return CopyParams{N: n, Rows: 3}.Grid() }, 0, 0},
 	}
 	for _, c := range cases {
 		k, ok := Lookup(c.kernel)
@@ -126,7 +127,7 @@ func TestGridMatchesThreads(t *testing.T) {
 		if _, body := splitTemplate(k.Op); !strings.Contains(body, c.index) {
 			t.Errorf("%s: ops/%s.kern no longer indexes %q; update this test", c.kernel, k.Op, c.index)
 		}
-		th := uint32(k.Threads)
+		th := uint32(k.Threads) / max(c.lanes, 1)
 		for _, n := range []uint32{1, th - 1, th, th + 1, 3 * th, 3*th + 1} {
 			want := (n + th - 1) / th
 			g := c.grid(n)

@@ -20,6 +20,7 @@ import (
 const (
 	ewiseThreads    = 256
 	gdnThreads      = 128
+	gdnRowsPerLane  = 32 // GDN_KS in ops/gdn.kern: state rows per lane, KDim ≤ 4·32
 	convThreads     = 256
 	kvAppendThreads = 256
 	gatherThreads   = 256
@@ -265,8 +266,9 @@ type GDNParams struct {
 	LdQK, LdV, LdGate, LdOut uint32
 }
 
-// Grid is one threadgroup per (value head, gdnThreads state columns).
-func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, ceilDiv(p.VDim, gdnThreads), 1} }
+// Grid is one threadgroup per (value head, 32 state columns): gdnThreads/4 columns, each over
+// the four lanes of a quad (ops/gdn.kern).
+func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, ceilDiv(p.VDim, gdnThreads/4), 1} }
 
 // ConvParams: causal depthwise conv1d + SiLU (runtime/model.CausalConv1D) with the conv state
 // in two slots [2, KernelSize−1, Channels] (slots as GDNParams). x: [rows, LdX] (Channels values),

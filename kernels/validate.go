@@ -315,6 +315,9 @@ func (p GDNParams) Validate() error {
 	c.positive("KHeads", p.KHeads)
 	c.positive("VHeads", p.VHeads)
 	c.positive("KDim", p.KDim)
+	if p.KDim > 4*gdnRowsPerLane {
+		c.failf("KDim", "is %d, want ≤ %d (four lanes of %d state rows per column, ops/gdn.kern GDN_KS)", p.KDim, 4*gdnRowsPerLane, gdnRowsPerLane)
+	}
 	c.positive("VDim", p.VDim)
 	if p.KHeads != 0 && p.VHeads%p.KHeads != 0 || p.KHeads > p.VHeads {
 		c.failf("VHeads", "is %d with %d key heads: want a multiple of KHeads", p.VHeads, p.KHeads)
