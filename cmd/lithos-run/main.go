@@ -1,7 +1,7 @@
 // Command lithos-run is the lithos runtime: it memory-maps a bundle made by lithos-pack and
-// generates text on a backend (--backend auto: CUDA on a usable NVIDIA GPU, else the pure-Go
-// CPU backend), with the bundle's DSpark draft
-// head as a speculative drafter unless --no-draft (docs/speculative.md); `lithos-run bench`
+// generates text on a backend (--backend auto: Metal on a Mac or CUDA on a usable NVIDIA GPU
+// once it passes a first-use self-check against the CPU, else the pure-Go CPU backend), with
+// the bundle's DSpark draft head as a speculative drafter unless --no-draft (docs/speculative.md); `lithos-run bench`
 // measures plain and speculative decoding against the memory-bandwidth floor. This file is
 // cobra wiring only: flags become a lithos/runtime/generate.Request.
 package main
@@ -68,7 +68,7 @@ func newRoot(g *genFlags) *cobra.Command {
 		Use:   "lithos-run [BUNDLE] [flags]",
 		Short: "Run lithos bundles: generate text from a prompt",
 		Long: "lithos-run loads a bundle packed by lithos-pack (mapped read-only, checked before use) and\n" +
-			"generates text on a backend (--backend auto: CUDA on a usable NVIDIA GPU, else the CPU). `lithos-run BUNDLE --prompt ...` is `lithos-run generate BUNDLE --prompt ...`.",
+			"generates text on a backend (--backend auto: Metal on a Mac or CUDA on a usable NVIDIA GPU once it passes a first-use self-check against the CPU, else the CPU). `lithos-run BUNDLE --prompt ...` is `lithos-run generate BUNDLE --prompt ...`.",
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -138,7 +138,7 @@ func (g *genFlags) register(c *cobra.Command) {
 	f.BoolVar(&g.noDraft, "no-draft", false, "decode without the bundle's DSpark draft head (not even loaded: a draft that does not fit is ignored)")
 	f.StringVar(&g.draftSampling, "draft-sampling", "argmax", "at temperature > 0: argmax (drafts are the drafter's argmax, accepted iff they equal the sampled token) or sample (drafts sampled, accepted with min(1, p/q))")
 	f.Float64Var(&g.confidenceStop, "confidence-stop", 0, "verify only the leading drafts whose confidence head output is at least this (0 = off)")
-	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = cuda on a usable NVIDIA GPU that runs the bundle and these options, else cpu with a warning saying why)")
+	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = metal on a Mac or cuda on a usable NVIDIA GPU that runs the bundle and these options and passes a first-use self-check against cpu, cached; else cpu with a warning saying why; "+generate.SelfCheckEnv+"=0|force turns the check off or reruns it)")
 	f.BoolVar(&g.json, "json", false, "print exactly one JSON object on stdout instead of streaming text")
 	f.IntVar(&g.context, "context", 0, "context length in tokens (0 = the model's max_position_embeddings)")
 	f.IntVar(&g.prefillChunk, "prefill-chunk", 0, "prompt rows per prefill step (0 = 128)")

@@ -19,12 +19,14 @@ import (
 )
 
 // fakeGPU is a GPU backend for the auto choice: Load fails with loadErr, or loads the CPU
-// target and wraps it so that NewSession fails with refuse(opt) when that is not nil. It
-// counts the targets it loaded and closed.
+// target and wraps it so that NewSession fails with refuse(opt) when that is not nil, and
+// returns wrap(session, opt, vocab) when wrap is set (a GPU that computes wrong: selfcheck_test.go).
+// It counts the targets it loaded and closed and the sessions it opened.
 type fakeGPU struct {
-	loadErr       error
-	refuse        func(backend.SessionOptions) error
-	loads, closes int
+	loadErr                 error
+	refuse                  func(backend.SessionOptions) error
+	wrap                    func(s backend.Session, opt backend.SessionOptions, vocab int) backend.Session
+	loads, closes, sessions int
 }
 
 func (*fakeGPU) Name() string { return "fakegpu" }
@@ -52,7 +54,15 @@ func (t *fakeTarget) NewSession(opt backend.SessionOptions) (backend.Session, er
 			return nil, err
 		}
 	}
-	return t.Target.NewSession(opt)
+	s, err := t.Target.NewSession(opt)
+	if err != nil {
+		return nil, err
+	}
+	t.g.sessions++
+	if t.g.wrap != nil {
+		s = t.g.wrap(s, opt, t.Config().Vocab)
+	}
+	return s, nil
 }
 
 func (t *fakeTarget) Close() error { t.g.closes++; return t.Target.Close() }

@@ -7,8 +7,8 @@
 // context, and reports the round telemetry. lithos-run's generate command is a thin wrapper
 // around OpenWith and Runner.Generate; its bench command around Runner.Bench.
 //
-// Imports: lithos/runtime/{backend, backend/cpu, backend/cuda, backend/metal, bundle, chat,
-// sample, tokenizer}, lithos/manifests, log/slog.
+// Imports: lithos/runtime/{backend, backend/cpu, backend/cuda, backend/gpu, backend/metal,
+// bundle, chat, sample, tokenizer}, lithos/manifests, log/slog.
 package generate
 
 import (
@@ -46,8 +46,9 @@ type candidate struct {
 }
 
 // candidates returns the backends OpenWith tries for name, best first. An explicit name gives
-// one (no fallback). "auto" (or "") gives Metal when metal.RunsModels (nothing has run on a
-// Mac yet: false), CUDA when cuda.RunsModels, then the CPU, which is always last.
+// one (no fallback). "auto" (or "") gives Metal when metal.RunsModels, CUDA when
+// cuda.RunsModels (false where the platform has none), then the CPU, which is always last;
+// OpenWith keeps a GPU only after its first-use self-check against the CPU.
 func candidates(name string) ([]candidate, error) {
 	switch name {
 	case "auto", "":
@@ -129,6 +130,13 @@ type Options struct {
 	// sampling with the point-mass rule. Unused with an explicit backend (its refusal comes
 	// from Runner.Generate's session).
 	Session *backend.SessionOptions
+	// SelfCheck is the mode of auto's first-use self-check of a GPU backend (selfcheck.go):
+	// "on" checks when no verdict is cached, "off" never checks, "force" checks even when one
+	// is; "" takes $LITHOS_SELFCHECK (SelfCheckEnv; unset: on). Unused with an explicit
+	// backend, which is never checked.
+	SelfCheck string
+	// SelfCheckDir holds the cached verdicts ("": os.UserCacheDir()/lithos/selfcheck).
+	SelfCheckDir string
 	// Log receives warnings and debug logs (nil: slog.Default()).
 	Log *slog.Logger
 }
@@ -153,6 +161,14 @@ func Open(ctx context.Context, dir, backendName string, log *slog.Logger) (*Runn
 // error of a GPU backend (a device or compile failure) is returned: auto does not hide a
 // broken GPU. Runner.Backend is the backend chosen; nothing later moves the runner to another
 // (a device failure while generating is an error). An explicit name never falls back.
+//
+// A GPU backend that auto would keep must first pass a first-use self-check (selfcheck.go,
+// docs/runtime.md §7): a short greedy generation on the GPU and on the CPU backend over the
+// same mapped bundle, tokens identical and each step's logits within SelfCheckTolerance. One
+// that fails is passed over with a warning saying what differed; the verdict, failed or
+// passed, is cached per backend, device, executable and bundle manifest in opt.SelfCheckDir,
+// so the check runs once (opt.SelfCheck, $LITHOS_SELFCHECK: off, force). An error while
+// checking (the GPU's or the CPU's) is returned as the other GPU errors are.
 func OpenWith(ctx context.Context, dir string, opt Options) (*Runner, error) {
 	cs, err := candidates(opt.Backend)
 	if err != nil {
@@ -172,6 +188,13 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 	if log == nil {
 		log = slog.Default()
 	}
+	var err error
+	mode := SelfCheckOff
+	if len(cs) > 1 {
+		if mode, err = selfCheckMode(opt.SelfCheck); err != nil {
+			return nil, err
+		}
+	}
 	b, err := bundle.Open(dir)
 	if err != nil {
 		return nil, err
@@ -189,6 +212,17 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 		err := r.load(ctx, !opt.NoDraft)
 		if err == nil && !last {
 			err = r.probe(opt.Session)
+		}
+		var failed *verdict
+		if err == nil && !last && mode != SelfCheckOff {
+			failed, err = r.checkGPU(ctx, opt, mode, cs[len(cs)-1].be, cs[i+1].be.Name())
+		}
+		if failed != nil {
+			if cerr := r.Target.Close(); cerr != nil {
+				b.Close()
+				return nil, fmt.Errorf("backend auto: %s failed its self-check (%s), then closing it failed: %w", name, failed.Detail, cerr)
+			}
+			continue
 		}
 		if err == nil {
 			if len(cs) > 1 {
@@ -214,6 +248,39 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 	}
 	b.Close()
 	return nil, errors.New("backend auto: no backend to try") // unreachable: the CPU is last
+}
+
+// checkGPU gets the first-use self-check verdict of the runner's GPU target against ref
+// (firstUseCheck) and logs it: a new pass at info level, a cached one at debug level, a
+// failure (new or cached) as a warning naming what differed, next (the backend auto tries
+// instead) and the verdict file. It returns the verdict when it failed, nil when it passed.
+func (r *Runner) checkGPU(ctx context.Context, opt Options, mode string, ref backend.Backend, next string) (*verdict, error) {
+	name := r.Backend.Name()
+	v, path, cached, err := r.firstUseCheck(ctx, opt, mode, ref)
+	if err != nil {
+		return nil, err
+	}
+	attrs := []any{"verdict_file", path}
+	if cached {
+		attrs = append(attrs, "checked_at", v.Checked.Format(time.RFC3339))
+	} else {
+		attrs = append(attrs, "seconds", fmt.Sprintf("%.2f", v.Seconds))
+	}
+	switch {
+	case v.Pass && cached:
+		r.Log.Debug("backend auto: "+name+" passed its first-use self-check (cached verdict)", append(attrs, "detail", v.Detail)...)
+	case v.Pass:
+		r.Log.Info(fmt.Sprintf("backend auto: %s passed its first-use self-check against %s", name, ref.Name()), append(attrs, "detail", v.Detail)...)
+	default:
+		how := "failed"
+		if cached {
+			how = "failed (cached verdict; " + SelfCheckEnv + "=force checks again)"
+		}
+		r.Log.Warn(fmt.Sprintf("backend auto: %s %s its first-use self-check against %s; running on %s (--backend %s runs it unchecked)", name, how, ref.Name(), next, name),
+			append([]any{"reason", v.Detail}, attrs...)...)
+		return v, nil
+	}
+	return nil, nil
 }
 
 // probe opens and closes a session with the options of so (nil: greedy, the point-mass rule)

@@ -109,6 +109,8 @@ type Session struct {
 	q        [][]float64 // sampled drafts: the drafter's distribution of each draft [B][Vocab]
 	p, resid []float64   // the target's distribution of a row; the residual
 	toks     []int32     // the accept scan's tokens
+	// last is the logits row the last sampled token of a plain step came from (LastLogits).
+	last []float32
 }
 
 // State returns the step state.
@@ -126,7 +128,24 @@ func (s *Session) Stats() backend.RoundStats {
 }
 
 // Close drops the session's state.
-func (s *Session) Close() error { s.st, s.prop = nil, nil; return nil }
+func (s *Session) Close() error { s.st, s.prop, s.last = nil, nil, nil; return nil }
+
+// LastLogits copies the logits row the anchor (the last sampled token) was sampled from into
+// dst, grown as needed, and returns it: float32 [Vocab], as the LM head computed them (before
+// temperature or top-k/top-p). runtime/generate's first-use self-check compares a GPU
+// session's with it. Errors: a closed session, a session with a drafter (a round samples from
+// several rows), no anchor (nothing sampled yet, or after Restore, Reset, PrefillNoSample).
+func (s *Session) LastLogits(dst []float32) ([]float32, error) {
+	switch {
+	case s.st == nil:
+		return nil, errors.New("session: closed")
+	case s.prop != nil:
+		return nil, errors.New("session: LastLogits of a session with a drafter (a round samples from several rows)")
+	case s.ss.Anchor < 0 || s.last == nil:
+		return nil, errors.New("session: LastLogits: no token sampled yet")
+	}
+	return append(dst[:0], s.last...), nil
+}
 
 // ErrDone is returned by Prefill on a session whose step state says done.
 var ErrDone = errors.New("session: done (a stop condition was met)")
@@ -246,6 +265,7 @@ func (s *Session) step(ctx context.Context) error {
 		return nil
 	}
 	s.syncSeed()
+	s.last = logits[len(logits)-s.m.Cfg.Vocab:]
 	tok := int32(s.sampler.Sample(logits, int(ss.Position)))
 	if !s.ring.Push(ss, tok) {
 		return nil

@@ -150,3 +150,50 @@ func TestSessionRefuses(t *testing.T) {
 		t.Errorf("cancelled prefill: %v, position %d", err, s.State().Position)
 	}
 }
+
+// TestSessionLastLogits: LastLogits is the row the anchor was sampled from — after the prefill
+// (chunks of 4) transformers' last-row logits, after each decode step the step's logits
+// (transformers' greedy_logits where recorded), the anchor its argmax; it refuses before any
+// token is sampled and on a closed session.
+func TestSessionLastLogits(t *testing.T) {
+	g := readGoldens(t, "b")
+	prompt, greedy := g.ints(t, "prompt.11"), g.ints(t, "greedy.11")
+	want, steps := g.floats(t, "logits.11"), g.f32["greedy_logits.11"]
+	tg, s := openSession(t, backend.SessionOptions{Capacity: 32, PrefillChunk: 4})
+	vocab := tg.Config().Vocab
+	lr := s.(*Session)
+	if _, err := lr.LastLogits(nil); err == nil || !strings.Contains(err.Error(), "no token sampled") {
+		t.Errorf("before the prefill: %v", err)
+	}
+	ctx := context.Background()
+	if err := s.Prefill(ctx, prompt); err != nil {
+		t.Fatal(err)
+	}
+	got, err := lr.LastLogits(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := relErr(got, want[len(want)-vocab:]); e > goldenTolerance {
+		t.Errorf("after the prefill: relative error %.3g against transformers' last row", e)
+	}
+	for i := 1; i < 4; i++ {
+		if err := s.Decode(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = lr.LastLogits(got); err != nil {
+			t.Fatal(err)
+		}
+		if a := int32(sample.Argmax(got)); a != s.State().Anchor || a != greedy[i] {
+			t.Errorf("step %d: argmax %d, anchor %d, transformers %d", i, a, s.State().Anchor, greedy[i])
+		}
+		if steps != nil {
+			if e, _ := relErr(got, steps[i*vocab:(i+1)*vocab]); e > goldenTolerance {
+				t.Errorf("step %d: relative error %.3g against transformers", i, e)
+			}
+		}
+	}
+	s.Close()
+	if _, err := lr.LastLogits(nil); err == nil {
+		t.Error("closed session: no error")
+	}
+}

@@ -71,5 +71,8 @@ func (b Backend) Load(ctx context.Context, bd *bundle.Bundle) (backend.Target, e
 // larger than the free device memory, and sampled drafts with the min(1, p/q) rule
 // (--draft-sampling sample at temperature > 0). A device failure (a compile error, an
 // allocation, launch or wait that fails) is an error, never a silent retry on the CPU.
-// --backend cuda selects it explicitly and shows the refusals as errors.
+// Before keeping it, auto runs the first-use self-check against the CPU backend
+// (generate.SelfCheckTolerance; once per GPU, executable and bundle): verified on the H200,
+// it is cheap insurance for other NVIDIA GPUs. --backend cuda selects it explicitly and shows
+// the refusals as errors.
 const RunsModels = true

@@ -32,6 +32,10 @@ func (r *runtimeDevice) HostAlloc(size int64, mapped bool) (*gpu.HostBuffer, err
 	return r.d.HostAlloc(size, mapped, false)
 }
 
+// String describes the GPU (Info.String: name, compute capability, memory, SMs, L2, driver):
+// runtime/generate keys its first-use self-check verdicts by it.
+func (r *runtimeDevice) String() string { return r.d.Info.String() }
+
 // UploadStaged asks the kernel to read the mapping ahead (it is read once, front to back),
 // then stages it through pinned memory (Device.UploadStaged).
 func (r *runtimeDevice) UploadStaged(ctx context.Context, dst *gpu.Buffer, src []byte, desc string) (gpu.UploadStats, error) {

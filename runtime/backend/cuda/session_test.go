@@ -111,7 +111,7 @@ func testSessionGoldens(t *testing.T, name string) {
 
 // TestSessionGraphsAndChunks: the same generation with the kernels launched one by one (no
 // graph) and with prefill chunks of 3 rows gives the same tokens; graphs and direct launches
-// the same logits bit for bit.
+// the same logits bit for bit; LastLogits after the prefill is Logits()' row 0.
 func TestSessionGraphsAndChunks(t *testing.T) {
 	e, tg, _ := loadGoldenTarget(t)
 	_, i32 := readGoldenA(t)
@@ -126,6 +126,10 @@ func TestSessionGraphsAndChunks(t *testing.T) {
 			t.Fatal(err)
 		}
 		logits := e.read(s.Logits(), tg.Cfg.Vocab)
+		// LastLogits (runtime/generate's self-check reads it) is the same row.
+		if last, err := s.LastLogits(nil); err != nil || !slices.EqualFunc(last, logits, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+			t.Fatalf("LastLogits after the prefill: %v, equal to Logits() row 0: %v", err, err == nil)
+		}
 		if err := s.Decode(t.Context(), 20); err != nil {
 			t.Fatal(err)
 		}

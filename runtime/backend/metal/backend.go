@@ -8,12 +8,16 @@ type Backend struct{}
 // Name returns "metal".
 func (Backend) Name() string { return "metal" }
 
-// RunsModels tells whether --backend auto may pick the Metal backend on a Mac: false, because
-// nothing of it has run on one. Unverified (docs/metal.md §6, the first-run checklist): that
-// the library compiles as MSL 3.1 with every pipeline at 32-wide simdgroups; the purego
-// calling conventions (MTLSize by reference, NSRange in two registers); the no-copy windows
-// of the mapped weights; every kernel's numerics through Dispatch; the indirect command
-// buffers (encoding, setBarrier, useResource residency, the 32-bit offsets) and their
-// replayed rounds giving the CPU backend's tokens; the blit copies ordered with replays; the
-// IORegistry core count. --backend metal selects it explicitly.
-const RunsModels = false
+// RunsModels tells whether --backend auto may pick the Metal backend on a Mac: true. Auto
+// (lithos/runtime/generate.OpenWith) tries Metal first and keeps it when a device opens and
+// its kernel library compiles (Usable), the bundle and its draft head load, a probe session
+// with the command's options opens, and the first-use self-check passes: a short greedy
+// generation on Metal and on the CPU backend over the same mapped bundle, tokens identical
+// and logits within generate.SelfCheckTolerance, its verdict cached per chip, executable and
+// bundle. A refusal or a failed check runs on the CPU with a one-line warning; a device error
+// is an error. Nothing of the Metal backend has run on a Mac yet (docs/metal.md §6, the
+// first-run checklist: the MSL 3.1 compile with 32-wide simdgroups, the purego calling
+// conventions, the no-copy windows, every kernel's numerics, the indirect command buffers and
+// their replayed rounds, the blit ordering, the IORegistry core count), which is why the
+// self-check stands between it and auto. --backend metal selects it explicitly, unchecked.
+const RunsModels = true

@@ -17,8 +17,9 @@
 // as one range of no-copy windows (MapWeights), blits for host copies, and Queue.Record as
 // indirect command buffers built from a Plan (Recorder: pipelines, resolved arguments, records
 // copied to a private arena, setBarrier per BarrierMode, the resident set); Backend.Load;
-// the chip profile (Profile, matched to manifests.Chips). RunsModels is false: none of the
-// darwin code has run — no Mac was available (docs/metal.md §6 is the first-run checklist).
+// the chip profile (Profile, matched to manifests.Chips). None of the darwin code has run — no
+// Mac was available (docs/metal.md §6 is the first-run checklist); RunsModels is true, so
+// --backend auto tries it, behind runtime/generate's first-use self-check against the CPU.
 // The plain-Go parts — AddrTable, Recorder/Plan, the device memory logic (space: allocations,
 // windowed weights, copy and launch resolution), Profile.Chip, PlanWindows,
 // checkDispatch/ArgAlign, the owner thread's life cycle, the wait logic — build and are
