@@ -27,6 +27,7 @@ import (
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
 	"lithos/runtime/backend/cuda"
+	"lithos/runtime/backend/gpu"
 	"lithos/runtime/backend/metal"
 	"lithos/runtime/bundle"
 	"lithos/runtime/chat"
@@ -419,11 +420,19 @@ func parseIDs(raw json.RawMessage) ([]int32, error) {
 	return many, nil
 }
 
-// Close releases the target and unmaps the bundle.
+// Close releases the target and unmaps the bundle. When the target's Close reports
+// gpu.ErrDeviceBusy (the device may still be running work that reads the bundle's mapped
+// weights), the bundle stays mapped for the life of the process and that error is returned.
 func (r *Runner) Close() error {
 	var err error
 	if r.Target != nil {
 		err = r.Target.Close()
+	}
+	if errors.Is(err, gpu.ErrDeviceBusy) {
+		// The GPU may still read the bundle's mapped weights (Metal wraps them without a
+		// copy): keep the mapping for the life of the process rather than unmap it under the
+		// device.
+		return err
 	}
 	return errors.Join(err, r.Bundle.Close())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"lithos/runtime/backend"
+	"lithos/runtime/backend/gpu"
 	"lithos/runtime/generate/gentest"
 	"lithos/runtime/sample"
 )
@@ -336,4 +339,45 @@ func FuzzParseIDs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// busyTarget is a target whose Close reports that the device may still be running.
+type busyTarget struct {
+	backend.Target
+	busy bool
+}
+
+func (b *busyTarget) Close() error {
+	inner := b.Target.Close()
+	if b.busy {
+		return errors.Join(inner, fmt.Errorf("fake: close: %w", gpu.ErrDeviceBusy))
+	}
+	return inner
+}
+
+// TestCloseKeepsMappingWhenBusy: Runner.Close unmaps the bundle, except when the target says
+// the device may still be using its memory (gpu.ErrDeviceBusy): then the mapping stays and
+// the error is returned.
+func TestCloseKeepsMappingWhenBusy(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		r := openFixture(t, gentest.Options{})
+		r.Target = &busyTarget{Target: r.Target, busy: busy}
+		err := r.Close()
+		if busy {
+			if !errors.Is(err, gpu.ErrDeviceBusy) {
+				t.Fatalf("busy: Close = %v, want an error wrapping gpu.ErrDeviceBusy", err)
+			}
+			if r.Bundle.Weights() == nil {
+				t.Fatal("busy: the bundle was unmapped under a busy device")
+			}
+			r.Bundle.Close()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		if r.Bundle.Weights() != nil {
+			t.Fatal("the bundle is still mapped after Close")
+		}
+	}
 }
