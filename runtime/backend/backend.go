@@ -26,6 +26,7 @@ package backend
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -444,4 +445,27 @@ func (r *Ring) Drain(st *StepState, dst []int32) []int32 {
 		dst = append(dst, int32(uint32(v)))
 		st.RingTail++
 	}
+}
+
+// ErrDone is returned by Session.Prefill on a session whose step state says done (a stop
+// condition was met: EOS, a stop sequence, a full ring or context).
+var ErrDone = errors.New("session: done (a stop condition was met)")
+
+// CheckPrompt returns the error a Session's Prefill gives before any work for a prompt it
+// cannot take: an empty prompt, a token outside [0, vocab) (naming the token and its prompt
+// position), or more tokens than the context of capacity positions has left after position.
+// Shared by the CPU and GPU sessions.
+func CheckPrompt(prompt []int32, vocab int, position uint32, capacity int) error {
+	if len(prompt) == 0 {
+		return errors.New("prefill: empty prompt")
+	}
+	for i, t := range prompt {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("prefill: token %d (prompt position %d) is outside the vocabulary [0, %d)", t, i, vocab)
+		}
+	}
+	if int(position)+len(prompt) > capacity {
+		return fmt.Errorf("prefill: %d prompt tokens at position %d exceed the context of %d", len(prompt), position, capacity)
+	}
+	return nil
 }

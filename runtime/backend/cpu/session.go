@@ -147,8 +147,8 @@ func (s *Session) LastLogits(dst []float32) ([]float32, error) {
 	return append(dst[:0], s.last...), nil
 }
 
-// ErrDone is returned by Prefill on a session whose step state says done.
-var ErrDone = errors.New("session: done (a stop condition was met)")
+// ErrDone is returned by Prefill on a session whose step state says done (backend.ErrDone).
+var ErrDone = backend.ErrDone
 
 // Prefill implements backend.Session. With a drafter every chunk records the taps of its
 // rows, which are appended to the drafter's context after the chunk is committed.
@@ -166,17 +166,8 @@ func (s *Session) prefill(ctx context.Context, prompt []int32, emit bool) error 
 	if ss.Done != 0 {
 		return ErrDone
 	}
-	if len(prompt) == 0 {
-		return errors.New("prefill: empty prompt")
-	}
-	vocab := s.m.Cfg.Vocab
-	for i, t := range prompt {
-		if t < 0 || int(t) >= vocab {
-			return fmt.Errorf("prefill: token %d (prompt position %d) is outside the vocabulary [0, %d)", t, i, vocab)
-		}
-	}
-	if int(ss.Position)+len(prompt) > s.opt.Capacity {
-		return fmt.Errorf("prefill: %d prompt tokens at position %d exceed the context of %d", len(prompt), ss.Position, s.opt.Capacity)
+	if err := backend.CheckPrompt(prompt, s.m.Cfg.Vocab, ss.Position, s.opt.Capacity); err != nil {
+		return err
 	}
 	chunk := s.opt.PrefillChunk
 	steps := (len(prompt) + chunk - 1) / chunk

@@ -531,8 +531,8 @@ func (s *Session) PullState() error {
 	return nil
 }
 
-// ErrDone is returned by Prefill on a session whose step state says done.
-var ErrDone = errors.New("session: done (a stop condition was met)")
+// ErrDone is returned by Prefill on a session whose step state says done (backend.ErrDone).
+var ErrDone = backend.ErrDone
 
 // Prefill implements backend.Session: the prompt in chunks of min(PrefillChunk, MaxStepRows)
 // rows, all queued before the one wait.
@@ -544,17 +544,8 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32) error {
 	if ss.Done != 0 {
 		return ErrDone
 	}
-	if len(prompt) == 0 {
-		return errors.New("prefill: empty prompt")
-	}
-	vocab := s.t.Cfg.Vocab
-	for i, t := range prompt {
-		if t < 0 || int(t) >= vocab {
-			return fmt.Errorf("prefill: token %d (prompt position %d) is outside the vocabulary [0, %d)", t, i, vocab)
-		}
-	}
-	if int(ss.Position)+len(prompt) > s.opt.Capacity {
-		return fmt.Errorf("prefill: %d prompt tokens at position %d exceed the context of %d", len(prompt), ss.Position, s.opt.Capacity)
+	if err := backend.CheckPrompt(prompt, s.t.Cfg.Vocab, ss.Position, s.opt.Capacity); err != nil {
+		return err
 	}
 	chunk := min(s.opt.PrefillChunk, MaxStepRows)
 	steps := (len(prompt) + chunk - 1) / chunk
