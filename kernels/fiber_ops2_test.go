@@ -2,8 +2,10 @@ package kernels
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"lithos/formats"
@@ -448,4 +450,66 @@ func equalU32(a, b []uint32) bool {
 		}
 	}
 	return true
+}
+
+// TestFiberGDNShapes: the register-resident GDN step (a quad of lanes per state column,
+// ⌈KDim/4⌉ rows per lane) against runtime/model.GDNRecurrent on shapes the 27B does not have:
+// KDim not a multiple of 4, KDim < 4 (a lane with no rows), KDim at the limit 128 (the full
+// GDN_KS array) and 127, VDim below a simdgroup's 8 columns and past a threadgroup's 32.
+func TestFiberGDNShapes(t *testing.T) {
+	for _, sh := range [][2]int{{5, 7}, {13, 33}, {1, 3}, {3, 40}, {6, 32}, {128, 9}, {127, 65}} {
+		t.Run(fmt.Sprint(sh), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(sh[0]), uint64(sh[1])))
+			s := model.GDNShape{KHeads: 1, VHeads: 2, KDim: sh[0], VDim: sh[1]}
+			const rows = 3
+			q := randVec(r, rows*s.KHeads*s.KDim, 0.3)
+			k := randVec(r, rows*s.KHeads*s.KDim, 0.3)
+			v := randVec(r, rows*s.VHeads*s.VDim, 1)
+			beta := randVec(r, rows*s.VHeads, 0.5)
+			g := randVec(r, rows*s.VHeads, 1)
+			for i := range beta {
+				beta[i] = 0.5 + beta[i]
+				g[i] = -float32(math.Abs(float64(g[i])))
+			}
+			st0 := randVec(r, s.StateLen(), 1)
+			want := make([]float32, rows*s.VHeads*s.VDim)
+			wantState := make([]float32, s.StateLen())
+			if err := model.GDNRecurrent(s, want, q, k, v, beta, g, rows, st0, wantState); err != nil {
+				t.Fatal(err)
+			}
+			ctl := make([]uint32, 64)
+			state := make([]float32, 2*s.StateLen())
+			copy(state, st0)
+			for i := range state[s.StateLen():] {
+				state[s.StateLen()+i] = float32(math.NaN())
+			}
+			kd, vd := uint32(s.KHeads*s.KDim), uint32(s.VHeads*s.VDim)
+			p := GDNParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, KHeads: uint32(s.KHeads), VHeads: uint32(s.VHeads), KDim: uint32(s.KDim), VDim: uint32(s.VDim),
+				Slot: 0, SlotWord: NoWord, WriteOut: 1, LdQK: kd, LdV: vd, LdGate: uint32(s.VHeads), LdOut: vd}
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			var j job
+			c := j.buf(u32Bytes(ctl))
+			sb, out := j.f32(state), j.poison(len(want))
+			j.launch(t, "lithos_gdn", p.Grid(), c, j.buf(Record(p)), j.f32(q), j.f32(k), j.f32(v), j.f32(beta), j.f32(g), sb, out)
+			res := j.mustRun(t)
+			closeTo(t, "out", bytesF32(res[out]), want, 1e-5, 1e-6)
+			closeTo(t, "state", bytesF32(res[sb])[s.StateLen():], wantState, 1e-5, 1e-6)
+		})
+	}
+}
+
+// TestGDNRowsPerLane: the kernel's GDN_KS (ops/gdn.kern) is the Go side's gdnRowsPerLane, which
+// Validate's KDim ≤ 4·gdnRowsPerLane rule uses; a smaller GDN_KS would drop state rows silently.
+func TestGDNRowsPerLane(t *testing.T) {
+	h, _ := splitTemplate("gdn")
+	want := fmt.Sprintf("#define GDN_KS %du", gdnRowsPerLane)
+	if !strings.Contains(h, want) {
+		t.Fatalf("ops/gdn.kern does not say %q (kernels.gdnRowsPerLane)", want)
+	}
+	if err := (GDNParams{Rows: 1, KHeads: 1, VHeads: 1, KDim: 4*gdnRowsPerLane + 1, VDim: 8, LdQK: 4*gdnRowsPerLane + 1, LdV: 8, LdGate: 1, LdOut: 8,
+		DoneWord: NoWord, RowsWord: NoWord, SlotWord: NoWord}).Validate(); err == nil || !strings.Contains(err.Error(), "KDim") {
+		t.Fatalf("Validate of KDim %d: %v, want a KDim error", 4*gdnRowsPerLane+1, err)
+	}
 }

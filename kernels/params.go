@@ -247,6 +247,10 @@ func (p ArgmaxParams) GridPartial() [3]uint32 { return [3]uint32{p.Parts, p.Rows
 // GridFinal is one threadgroup per row (lithos_argmax_final).
 func (p ArgmaxParams) GridFinal() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 
+// GDNMaxKDim is the largest key head dimension lithos_gdn takes: four lanes of gdnRowsPerLane
+// (ops/gdn.kern GDN_KS) state rows per column. Hosts refuse larger models before any work.
+const GDNMaxKDim = 4 * gdnRowsPerLane
+
 // GDNParams: the gated delta rule, recurrent form (runtime/model.GDNRecurrent), on a two-slot
 // state buffer [2, VHeads, KDim, VDim] float32. The read slot is (dyn(Slot, SlotWord) & 1) ^
 // SlotXor, the write slot the other: a verify or prefill pass reads slot Step&1 (SlotWord = the
@@ -254,7 +258,8 @@ func (p ArgmaxParams) GridFinal() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 // rows (RowsWord = the Committed word) from the same read slot with SlotXor 1, WriteOut 0. q, k:
 // [rows, LdQK] with KHeads·KDim values (L2-normalised, q scaled by 1/√d_k); v: [rows, LdV];
 // beta, g: [rows, LdGate] (g = log decay); out: [rows, LdOut]. 0 rows: nothing happens (the CPU
-// function copies the state). Kernel lithos_gdn, buffers q, k, v, beta, g, state, out.
+// function copies the state). KDim ≤ 128: the kernel keeps a column's rows in the registers of
+// four lanes (ops/gdn.kern). Kernel lithos_gdn, buffers q, k, v, beta, g, state, out.
 type GDNParams struct {
 	DoneWord                 uint32
 	Rows                     uint32

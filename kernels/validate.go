@@ -304,7 +304,8 @@ func (p ArgmaxParams) Validate() error {
 }
 
 // Validate checks the record against the rules of lithos_gdn: Rows, KHeads, VHeads, KDim,
-// VDim ≥ 1; VHeads a multiple of KHeads (value head h reads key head h/(VHeads/KHeads)); the
+// VDim ≥ 1; KDim ≤ 128 (four lanes of GDN_KS = 32 state rows per column); VHeads a multiple
+// of KHeads (value head h reads key head h/(VHeads/KHeads)); the
 // two-slot state, 2·VHeads·KDim·VDim values, and q, k ([Rows, LdQK], KHeads·KDim values), v
 // (VHeads·VDim), beta and g (VHeads), out (VHeads·VDim, when WriteOut) within 32-bit offsets;
 // out's rows apart.

@@ -14,8 +14,9 @@ func TestCheckPrompt(t *testing.T) {
 		position uint32
 		want     string // "" = accepted
 	}{
-		{"fits", []int32{0, 5, 9}, 7, ""},
+		{"inside the context", []int32{0, 5, 9}, 2, ""},
 		{"fills the context exactly", []int32{1, 2, 3}, 7, ""},
+		{"position past the context", []int32{1}, 11, "1 prompt tokens at position 11 exceed the context of 10"},
 		{"empty", nil, 0, "empty prompt"},
 		{"negative token", []int32{1, -1}, 0, "token -1 (prompt position 1) is outside the vocabulary [0, 10)"},
 		{"token past the vocabulary", []int32{10}, 0, "token 10 (prompt position 0) is outside the vocabulary [0, 10)"},

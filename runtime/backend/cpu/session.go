@@ -256,11 +256,11 @@ func (s *Session) step(ctx context.Context) error {
 		return nil
 	}
 	s.syncSeed()
-	s.last = logits[len(logits)-s.m.Cfg.Vocab:]
 	tok := int32(s.sampler.Sample(logits, int(ss.Position)))
 	if !s.ring.Push(ss, tok) {
 		return nil
 	}
+	s.last = logits[len(logits)-s.m.Cfg.Vocab:] // the row the pushed token was sampled from
 	ss.Anchor = tok
 	if s.stops(tok) {
 		ss.Done = 1

@@ -458,13 +458,22 @@ func (s *Session) LastLogits(dst []float32) ([]float32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: LastLogits: %w", s.pfx, err)
 	}
-	defer h.Free()
 	if err := s.s.CopyDtoH(h, 0, s.logits, 0, n); err != nil {
+		h.Free()
 		return nil, fmt.Errorf("%s: LastLogits: %w", s.pfx, err)
 	}
 	if err := s.s.Wait(0); err != nil {
+		if errors.Is(err, ErrDeviceBusy) {
+			// The copy into h may still run: keep h (leaked), as Close keeps the buffers.
+			if s.t != nil {
+				s.t.markBusy(err)
+			}
+		} else {
+			h.Free()
+		}
 		return nil, fmt.Errorf("%s: LastLogits: %w", s.pfx, err)
 	}
+	defer h.Free()
 	dst = slices.Grow(dst[:0], vocab)[:vocab]
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(h.Bytes[4*i:]))

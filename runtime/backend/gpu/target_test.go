@@ -69,3 +69,35 @@ func TestCheckHead(t *testing.T) {
 		t.Fatalf("bundle without lm_head: %v", err)
 	}
 }
+
+// TestLoadRefusesWideGDNKeys: a model whose GDN key heads are wider than the kernel holds
+// (kernels.GDNMaxKDim) is refused by LoadTarget before any device work, naming the config
+// field, with backend.ErrUnsupported (so --backend auto runs it on the CPU).
+func TestLoadRefusesWideGDNKeys(t *testing.T) {
+	dir, err := gentest.Bundle(context.Background(), t.TempDir(), gentest.Options{NoTokenizer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	editManifest(t, dir, func(m map[string]any) {
+		c := m["target"].(map[string]any)["config"].(map[string]any)
+		if tc, ok := c["text_config"].(map[string]any); ok {
+			c = tc
+		}
+		c["linear_key_head_dim"] = 129
+	})
+	b, err := bundle.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = LoadTarget(context.Background(), namedDevice{}, b)
+	if err == nil || !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "linear_key_head_dim 129") {
+		t.Fatalf("LoadTarget = %v, want an ErrUnsupported naming linear_key_head_dim 129", err)
+	}
+}
+
+// namedDevice is a Device that only has a name: any other call panics (LoadTarget must refuse
+// before using the device).
+type namedDevice struct{ Device }
+
+func (namedDevice) Name() string { return "Fake" }
