@@ -33,10 +33,11 @@ type Device struct {
 	lib   objc.ID
 	pipes map[string]objc.ID
 	bufs  map[*Buffer]struct{} // live buffers, released by Close
-	stuck []objc.ID            // retained command buffers that outlived their waits (the device is broken)
+	cbs   ledger[objc.ID]      // every retained, committed command buffer not yet released (Close waits for them)
 
 	// DrainWait bounds the second wait after a dispatch's timeout (DefaultDrainWait; set before
-	// the first Dispatch). Close waits for a stuck command buffer as long again.
+	// the first Dispatch). Close waits as long again, in all, for the command buffers still
+	// held (stuck, or never waited for).
 	DrainWait time.Duration
 
 	ChipName         string // MTLDevice.name: "Apple M5 Max" (Name is the gpu.Device method)
@@ -321,7 +322,8 @@ func (d *Device) Dispatch(name string, grid [3]uint32, timeout time.Duration, ar
 		case r.state == cbFailed:
 			return fmt.Errorf("metal: kernel %s: command buffer error: %s", name, describe(cb.Send(sel("error"))))
 		case r.state == cbRunning:
-			return d.stall([]objc.ID{cb.Send(sel("retain"))}, r, timeout, "kernel "+name)
+			d.cbs.add(cb.Send(sel("retain")))
+			return d.stall(r, timeout, "kernel "+name)
 		case r.late:
 			return fmt.Errorf("metal: kernel %s: completed after %v, past its %v timeout: %w", name, r.waited, timeout, ErrTimeout)
 		}
@@ -342,32 +344,25 @@ func cbStatus(cb objc.ID) cbState {
 
 // Close releases the pipelines, library, queue, buffers and device and stops the device's
 // thread (unlocking it). After Close every method returns ErrClosed; a second Close returns
-// nil. On a broken device (ErrStuck) Close first waits up to DrainWait in all for the stuck
-// command buffers: if they complete, Close ends as usual; if one is still running, it
-// releases nothing (a command buffer is not documented to retain every resource it uses: the
-// ICBs, the buffers declared with useResource:usage:), keeps the no-copy host memory
-// referenced for the life of the process and returns an error wrapping ErrStuck: the caller
-// must not unmap those windows.
+// nil. Close first waits up to DrainWait in all for every command buffer the device still
+// holds (ledger.drain: stuck ones on a broken device, any queue's not yet waited for, those
+// of a wait the device broke or closed during, those left by a closed queue): if they have
+// all ended, it releases them and ends as usual; if one is still running, it releases
+// nothing (a command buffer is not documented to retain every resource it uses: the ICBs, the
+// buffers declared with useResource:usage:), keeps the no-copy host memory referenced for the
+// life of the process and returns an error wrapping ErrStuck: the caller must not unmap those
+// windows.
 func (d *Device) Close() error {
 	return d.close(func() error {
-		if len(d.stuck) > 0 {
-			w := newWaiter(d.DrainWait, 0, realClock{})
-			for _, cb := range d.stuck {
-				if r, _ := w.wait(func() (cbState, error) { return cbStatus(cb), nil }); r.state == cbRunning {
-					keepMu.Lock()
-					for b := range d.bufs {
-						if b.noCopy {
-							kept = append(kept, b.Host)
-						}
-					}
-					keepMu.Unlock()
-					return fmt.Errorf("metal: close: a command buffer is still running: %w; the device's Metal objects are kept, and its no-copy memory must stay mapped for the life of the process", ErrStuck)
+		if d.cbs.drain(newWaiter(d.DrainWait, 0, realClock{}), cbStatus, func(cb objc.ID) { cb.Send(sel("release")) }) {
+			keepMu.Lock()
+			for b := range d.bufs {
+				if b.noCopy {
+					kept = append(kept, b.Host)
 				}
 			}
-			for _, cb := range d.stuck {
-				cb.Send(sel("release"))
-			}
-			d.stuck = nil
+			keepMu.Unlock()
+			return fmt.Errorf("metal: close: a command buffer is still running: %w; the device's Metal objects are kept, and its no-copy memory must stay mapped for the life of the process", ErrStuck)
 		}
 		for b := range d.bufs {
 			d.release(b)

@@ -41,7 +41,7 @@ type Queue struct {
 	q        objc.ID   // the MTLCommandQueue; 0 once closed
 	cb, enc  objc.ID   // retained: the command buffer being filled and its open encoder
 	blit     bool      // enc is a blit encoder
-	inflight []objc.ID // committed and retained, not yet waited for
+	inflight []objc.ID // committed and retained (and in d.cbs), not yet waited for
 	rec      *Recorder // non-nil while Record's enqueue runs
 	launches int       // direct launches so far (named in errors)
 }
@@ -53,7 +53,7 @@ var _ gpu.Queue = (*Queue)(nil)
 // calls are retained: each call drains its autorelease pool. When Metal gives no encoder, the
 // command buffer is not kept for the next call: released when this call made it (it holds
 // nothing), else committed, so the work queued in it before still runs, in order, and Wait
-// waits for it.
+// waits for it (the caller, queued, then bounds the in-flight list).
 func (q *Queue) encoder(blit bool) (objc.ID, error) {
 	if q.q == 0 {
 		return 0, errors.New("metal: the queue is closed")
@@ -103,9 +103,35 @@ func (q *Queue) commit() {
 	q.endEncoder()
 	if q.cb != 0 {
 		q.cb.Send(sel("commit"))
-		q.inflight = append(q.inflight, q.cb)
+		q.track(q.cb)
 		q.cb = 0
 	}
+}
+
+// track adds a committed, retained command buffer to the in-flight list and to the device's
+// ledger (d.cbs: Device.Close waits for it, whatever becomes of this queue's waits).
+func (q *Queue) track(cb objc.ID) {
+	q.inflight = append(q.inflight, cb)
+	q.d.cbs.add(cb)
+}
+
+// queued runs f on the device thread, then, when the in-flight list has grown past
+// maxInflight (a commit in f: Replay.Launch, encoder's no-encoder path), bounds it; the error
+// is f's, joined with bound's.
+func (q *Queue) queued(f func() error) error {
+	over := false
+	err := q.d.do(func() error {
+		err := f()
+		over = len(q.inflight) > maxInflight
+		return err
+	})
+	if !over {
+		return err
+	}
+	if berr := q.bound(); berr != nil {
+		return errors.Join(err, berr)
+	}
+	return err
 }
 
 // bound waits for the oldest committed command buffers while more than maxInflight are in
@@ -132,10 +158,12 @@ func (q *Queue) bound() error {
 }
 
 // awaitList waits for the committed, retained command buffers of list in commit order, at
-// most timeout + DrainWait in all (awaitInOrder: the rest are still awaited after one fails;
-// each poll of a status is one short call on the device thread). Each that ends is released
-// (finish); the first still running after the bounds and every later one are kept for Close
-// and the device is broken (stall: ErrStuck). Not on the device thread.
+// most timeout + DrainWait in all (awaitHeld: the rest are still awaited after one fails;
+// each poll of a status is one short call on the device thread). Each that ends is taken off
+// the device's ledger and released (finish); when the first still running after the bounds
+// is found the device is broken (stall: ErrStuck). That one, every later one, and all of them
+// when the device breaks or closes during the wait, stay in the ledger for Close. Not on the
+// device thread.
 func (q *Queue) awaitList(list []objc.ID, timeout time.Duration, what string) error {
 	name := func(i int) string {
 		if len(list) == 1 {
@@ -143,17 +171,9 @@ func (q *Queue) awaitList(list []objc.ID, timeout time.Duration, what string) er
 		}
 		return fmt.Sprintf("%s (command buffer %d of %d)", what, i+1, len(list))
 	}
-	return awaitInOrder(len(list), newWaiter(timeout, q.d.DrainWait, realClock{}),
-		func(i int) (st cbState, err error) {
-			err = q.d.do(func() error { st = cbStatus(list[i]); return nil })
-			return st, err
-		},
-		func(i int, r waitResult) error {
-			return q.d.do(func() error { return q.d.finish(list[i], r, timeout, name(i)) })
-		},
-		func(i int, r waitResult) error {
-			return q.d.do(func() error { return q.d.stall(list[i:], r, timeout, name(i)) })
-		})
+	return awaitHeld(q.d.do, &q.d.cbs, list, newWaiter(timeout, q.d.DrainWait, realClock{}), cbStatus,
+		func(i int, r waitResult) error { return q.d.finish(list[i], r, timeout, name(i)) },
+		func(i int, r waitResult) error { return q.d.stall(r, timeout, name(i)) })
 }
 
 // finish ends the wait for a committed, retained command buffer that is no longer running
@@ -171,12 +191,11 @@ func (d *Device) finish(cb objc.ID, r waitResult, timeout time.Duration, what st
 	return err
 }
 
-// stall keeps cbs — retained command buffers, the first still running after its wait's
-// bounds, the others committed after it — for Close to poll again, and marks the device
-// broken (device thread): the GPU may still use any of the device's memory, so nothing of it
-// may be freed. The error wraps ErrStuck (a gpu.ErrDeviceBusy).
-func (d *Device) stall(cbs []objc.ID, r waitResult, timeout time.Duration, what string) error {
-	d.stuck = append(d.stuck, cbs...)
+// stall marks the device broken (device thread) after a command buffer, kept in the ledger
+// (d.cbs) for Close to poll again, is still running after its wait's bounds: the GPU may still
+// use any of the device's memory, so nothing of it may be freed. The error wraps ErrStuck (a
+// gpu.ErrDeviceBusy).
+func (d *Device) stall(r waitResult, timeout time.Duration, what string) error {
 	err := fmt.Errorf("metal: %s: still running %v after its %v timeout: %w; the GPU may still be using the device's memory: the device is unusable, keep its buffers and no-copy memory", what, r.waited, timeout, ErrStuck)
 	d.fail(err)
 	return err
@@ -187,7 +206,7 @@ func (d *Device) stall(cbs []objc.ID, r waitResult, timeout time.Duration, what 
 // name the launch, kernel and argument) and encodes a dispatch, the parameter record copied
 // with setBytes:length:atIndex: (read now, from the record's shared storage).
 func (q *Queue) Launch(kernel string, grid [3]uint32, ctl, prm uint64, bufs ...uint64) error {
-	return q.d.do(func() error {
+	return q.queued(func() error {
 		c := LaunchCall{Kernel: kernel, Grid: grid, Ctl: ctl, Prm: prm, Bufs: bufs}
 		if q.rec != nil {
 			return q.rec.Launch(c)
@@ -230,7 +249,7 @@ func (q *Queue) CopyHtoD(dst *gpu.Buffer, dstOff int64, src *gpu.HostBuffer, src
 	if err := checkHtoD(dst, dstOff, src, srcOff, n); err != nil {
 		return err
 	}
-	return q.d.do(func() error {
+	return q.queued(func() error {
 		if q.rec != nil {
 			return q.rec.Fail(errRecordCopy("CopyHtoD"))
 		}
@@ -250,7 +269,7 @@ func (q *Queue) CopyDtoH(dst *gpu.HostBuffer, dstOff int64, src *gpu.Buffer, src
 	if err := checkDtoH(dst, dstOff, src, srcOff, n); err != nil {
 		return err
 	}
-	return q.d.do(func() error {
+	return q.queued(func() error {
 		if q.rec != nil {
 			return q.rec.Fail(errRecordCopy("CopyDtoH"))
 		}
@@ -284,7 +303,7 @@ func (q *Queue) Fill32(dst *gpu.Buffer, off, words int64, value uint32) error {
 	if err := checkFill(dst, off, words); err != nil {
 		return err
 	}
-	return q.d.do(func() error {
+	return q.queued(func() error {
 		if q.rec != nil {
 			return q.rec.Fail(errRecordCopy("Fill32"))
 		}
@@ -382,22 +401,17 @@ func (q *Queue) Wait(timeout time.Duration) error {
 	return q.awaitList(list, timeout, "wait")
 }
 
-// Close commits what is being filled (queued work still completes), drops the queue's
-// references and releases the command queue. A second Close does nothing.
+// Close commits what is being filled (queued work still completes) and releases the command
+// queue. Its command buffers in flight are handed to the device (ledger.orphan): released
+// once they have ended (checked at each Queue.Close), awaited by Device.Close. A second Close
+// does nothing.
 func (q *Queue) Close() error {
 	return q.d.do(func() error {
 		if q.q == 0 {
 			return nil
 		}
-		q.endEncoder()
-		if q.cb != 0 {
-			q.cb.Send(sel("commit"))
-			q.cb.Send(sel("release"))
-			q.cb = 0
-		}
-		for _, cb := range q.inflight {
-			cb.Send(sel("release"))
-		}
+		q.commit()
+		q.d.cbs.orphan(q.inflight, cbStatus, func(cb objc.ID) { cb.Send(sel("release")) })
 		q.inflight = nil
 		q.q.Send(sel("release"))
 		q.q = 0
@@ -511,7 +525,7 @@ func (r *Replay) Launch(gq gpu.Queue) error {
 	if !ok || q.d != r.d {
 		return errors.New("metal: replay on a queue of another device")
 	}
-	err := r.d.do(func() error {
+	return q.queued(func() error {
 		if r.icbs == nil {
 			return errors.New("metal: replay of a closed program")
 		}
@@ -536,13 +550,9 @@ func (r *Replay) Launch(gq gpu.Queue) error {
 			enc.Send(sel("endEncoding"))
 		}
 		cb.Send(sel("commit"))
-		q.inflight = append(q.inflight, cb.Send(sel("retain")))
+		q.track(cb.Send(sel("retain")))
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	return q.bound()
 }
 
 // Close releases the indirect command buffers and the records arena; a second Close does

@@ -127,3 +127,86 @@ func awaitInOrder(n int, w *waiter, poll func(i int) (cbState, error), done, stu
 	}
 	return first
 }
+
+// ledger is a device's list of the command buffers it holds a reference on (retained at
+// commit): every queue's in flight, those a Wait or bound is awaiting, those a closed queue
+// left running (orphans) and those still running after their wait (stuck). A command buffer
+// is added when committed — the device is usable then — and leaves only when released: by its
+// wait once it has ended (awaitHeld), by Queue.Close's prune once it has ended (orphan) or by
+// Device.Close (drain). So nothing needs recording once the device is broken or closed: a
+// wait that stops early (a stall elsewhere, Close meanwhile) leaves its command buffers here,
+// and Close waits for every one of them before it releases any memory. Device thread only.
+type ledger[T comparable] struct {
+	held    []T // commit order
+	orphans []T // held, of closed queues: no wait will release them
+}
+
+func (l *ledger[T]) add(cb T) { l.held = append(l.held, cb) }
+
+// take removes cb; false when it was not held (its reference is not the caller's to drop).
+func (l *ledger[T]) take(cb T) bool {
+	for i, h := range l.held {
+		if h == cb {
+			l.held = append(l.held[:i], l.held[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// orphan records cbs, held command buffers of a queue being closed, as orphans, after
+// releasing (take, then release) every earlier orphan that status no longer reports running:
+// orphans stay at most as many as are still running at a Queue.Close.
+func (l *ledger[T]) orphan(cbs []T, status func(T) cbState, release func(T)) {
+	kept := l.orphans[:0]
+	for _, cb := range l.orphans {
+		if status(cb) == cbRunning {
+			kept = append(kept, cb)
+		} else if l.take(cb) {
+			release(cb)
+		}
+	}
+	l.orphans = append(kept, cbs...)
+}
+
+// drain waits under w for every held command buffer in commit order (Device.Close: w bounds
+// the whole wait). When all have ended it releases each once and empties the ledger (false);
+// when one is still running past w's bounds it releases nothing and keeps them all (true):
+// the GPU may still use any of the device's memory.
+func (l *ledger[T]) drain(w *waiter, status func(T) cbState, release func(T)) (running bool) {
+	for _, cb := range l.held {
+		if r, _ := w.wait(func() (cbState, error) { return status(cb), nil }); r.state == cbRunning {
+			return true
+		}
+	}
+	for _, cb := range l.held {
+		release(cb)
+	}
+	l.held, l.orphans = nil, nil
+	return false
+}
+
+// awaitHeld waits under w for list, held command buffers of l committed in this order
+// (awaitInOrder), each step one short call through do (on the device thread, so other queues
+// keep queuing): a status poll; then, once a buffer has ended, take it off l and finish(i, r)
+// (release it; its error: failed or late); for the first still running past the bounds,
+// stall(i, r) (break the device). A stalled buffer and the ones after it stay in l, and so do
+// the rest when do fails (the device broken by another wait, or closed): Close waits for
+// them, or has already.
+func awaitHeld[T comparable](do func(func() error) error, l *ledger[T], list []T, w *waiter,
+	status func(T) cbState, finish, stall func(i int, r waitResult) error) error {
+	return awaitInOrder(len(list), w,
+		func(i int) (st cbState, err error) {
+			err = do(func() error { st = status(list[i]); return nil })
+			return st, err
+		},
+		func(i int, r waitResult) error {
+			return do(func() error {
+				if !l.take(list[i]) {
+					return nil
+				}
+				return finish(i, r)
+			})
+		},
+		func(i int, r waitResult) error { return do(func() error { return stall(i, r) }) })
+}
