@@ -21,17 +21,28 @@ import (
 // fakeGPU is a GPU backend for the auto choice: Load fails with loadErr, or loads the CPU
 // target and wraps it so that NewSession fails with refuse(opt) when that is not nil, and
 // returns wrap(session, opt, vocab) when wrap is set (a GPU that computes wrong: selfcheck_test.go).
-// It counts the targets it loaded and closed and the sessions it opened.
+// It counts the targets it loaded and closed and the sessions it opened, and keeps the bundle
+// it was last given; its targets' Close also returns closeErr. name, when set, replaces
+// "fakegpu" (a fake standing in for the CPU reference).
 type fakeGPU struct {
 	loadErr                 error
 	refuse                  func(backend.SessionOptions) error
 	wrap                    func(s backend.Session, opt backend.SessionOptions, vocab int) backend.Session
+	closeErr                error
+	name                    string
+	bundle                  *bundle.Bundle
 	loads, closes, sessions int
 }
 
-func (*fakeGPU) Name() string { return "fakegpu" }
+func (g *fakeGPU) Name() string {
+	if g.name != "" {
+		return g.name
+	}
+	return "fakegpu"
+}
 
 func (g *fakeGPU) Load(ctx context.Context, b *bundle.Bundle) (backend.Target, error) {
+	g.bundle = b
 	if g.loadErr != nil {
 		return nil, g.loadErr
 	}
@@ -65,7 +76,7 @@ func (t *fakeTarget) NewSession(opt backend.SessionOptions) (backend.Session, er
 	return s, nil
 }
 
-func (t *fakeTarget) Close() error { t.g.closes++; return t.Target.Close() }
+func (t *fakeTarget) Close() error { t.g.closes++; return errors.Join(t.Target.Close(), t.g.closeErr) }
 
 // refuseSampledDrafts refuses what the GPU runtime refuses at NewSession (gpu.Target):
 // drafts sampled with the min(1, p/q) rule at temperature > 0.

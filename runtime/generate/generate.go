@@ -115,6 +115,9 @@ type Runner struct {
 	// Options.NoDraft left it out.
 	Draft backend.Drafter
 	Log   *slog.Logger
+	// keepMapped: a GPU target that auto passed over reported gpu.ErrDeviceBusy when closed,
+	// so the device may still read the bundle's mapping: Close leaves it mapped.
+	keepMapped bool
 }
 
 // Options of OpenWith.
@@ -168,8 +171,12 @@ func Open(ctx context.Context, dir, backendName string, log *slog.Logger) (*Runn
 // same mapped bundle, tokens identical and each step's logits within SelfCheckTolerance. One
 // that fails is passed over with a warning saying what differed; the verdict, failed or
 // passed, is cached per backend, device, executable and bundle manifest in opt.SelfCheckDir,
-// so the check runs once (opt.SelfCheck, $LITHOS_SELFCHECK: off, force). An error while
-// checking (the GPU's or the CPU's) is returned as the other GPU errors are.
+// so the check runs once (opt.SelfCheck, $LITHOS_SELFCHECK: off, force). A GPU-side error
+// during the check (a kernel fault, a command-buffer error, a wait that gave up, a session
+// that fails to close) fails it the same way, the error text in the verdict; a CPU-side error
+// or ctx's is returned. A GPU target passed over after a failed check whose Close fails is
+// logged and left behind; when that error wraps gpu.ErrDeviceBusy the bundle stays mapped for
+// the life of the process (the runner's Close leaves it), as Runner.Close does.
 func OpenWith(ctx context.Context, dir string, opt Options) (*Runner, error) {
 	cs, err := candidates(opt.Backend)
 	if err != nil {
@@ -200,6 +207,7 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 	if err != nil {
 		return nil, err
 	}
+	keep := false // a passed-over GPU target may still read the mapping (gpu.ErrDeviceBusy)
 	for i, c := range cs {
 		last := i == len(cs)-1
 		name := c.be.Name()
@@ -219,13 +227,19 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 			failed, err = r.checkGPU(ctx, opt, mode, cs[len(cs)-1].be, cs[i+1].be.Name())
 		}
 		if failed != nil {
+			// The GPU is not used whatever its Close says: the run goes on without it.
 			if cerr := r.Target.Close(); cerr != nil {
-				b.Close()
-				return nil, fmt.Errorf("backend auto: %s failed its self-check (%s), then closing it failed: %w", name, failed.Detail, cerr)
+				how := ""
+				if errors.Is(cerr, gpu.ErrDeviceBusy) {
+					keep = true
+					how = "; the bundle stays mapped for the life of the process"
+				}
+				log.Warn(fmt.Sprintf("backend auto: closing %s after its failed self-check failed%s", name, how), "reason", cerr.Error())
 			}
 			continue
 		}
 		if err == nil {
+			r.keepMapped = keep
 			if len(cs) > 1 {
 				log.Debug("backend auto: chosen", "backend", name)
 			}
@@ -241,14 +255,12 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 			}
 		}
 		if !fallBack {
-			b.Close()
-			return nil, err
+			return nil, releaseBundle(b, err, keep)
 		}
 		log.Warn(fmt.Sprintf("backend auto: %s cannot run this bundle or these options; running on %s (--backend %s would fail with the reason)", name, cs[i+1].be.Name(), name),
 			"reason", err.Error())
 	}
-	b.Close()
-	return nil, errors.New("backend auto: no backend to try") // unreachable: the CPU is last
+	return nil, releaseBundle(b, errors.New("backend auto: no backend to try"), keep) // unreachable: the CPU is last
 }
 
 // checkGPU gets the first-use self-check verdict of the runner's GPU target against ref
@@ -422,19 +434,27 @@ func parseIDs(raw json.RawMessage) ([]int32, error) {
 
 // Close releases the target and unmaps the bundle. When the target's Close reports
 // gpu.ErrDeviceBusy (the device may still be running work that reads the bundle's mapped
-// weights), the bundle stays mapped for the life of the process and that error is returned.
+// weights), or a GPU target auto passed over did (OpenWith), the bundle stays mapped for the
+// life of the process; the target's error is returned.
 func (r *Runner) Close() error {
 	var err error
 	if r.Target != nil {
 		err = r.Target.Close()
 	}
-	if errors.Is(err, gpu.ErrDeviceBusy) {
-		// The GPU may still read the bundle's mapped weights (Metal wraps them without a
-		// copy): keep the mapping for the life of the process rather than unmap it under the
-		// device.
+	return releaseBundle(r.Bundle, err, r.keepMapped)
+}
+
+// releaseBundle unmaps b once the targets on it are closed, err being what their use or
+// closing ended with, and returns err joined with the unmap's error. It leaves b mapped for
+// the life of the process when err wraps gpu.ErrDeviceBusy or keep is set: the GPU may still
+// read the mapped weights (Metal wraps them without a copy), and unmapping them under the
+// device could fault it. Every path of OpenWith and Runner.Close that ends a bundle's use goes
+// through it.
+func releaseBundle(b *bundle.Bundle, err error, keep bool) error {
+	if keep || errors.Is(err, gpu.ErrDeviceBusy) {
 		return err
 	}
-	return errors.Join(err, r.Bundle.Close())
+	return errors.Join(err, b.Close())
 }
 
 // Request is one generation.

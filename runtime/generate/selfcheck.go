@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -24,9 +25,10 @@ import (
 
 // The first-use self-check (docs/runtime.md §7): before --backend auto hands a bundle to a
 // GPU backend, it runs a short greedy generation on that GPU and on the CPU backend over the
-// same mapped bundle and keeps the GPU only when they agree. The verdict is cached per
-// (backend, device, executable, bundle manifest, draft head or not) under SelfCheckDir, a
-// failed one too.
+// same mapped bundle and keeps the GPU only when they agree. A GPU-side error during the check
+// (a kernel fault, a command-buffer error, a device that stays busy) is a failed check too.
+// The verdict is cached per (check version, backend, device and its compiler, executable,
+// bundle manifest, draft head or not) under SelfCheckDir, a failed one too.
 
 // SelfCheckEnv is the environment variable that sets the self-check mode when
 // Options.SelfCheck is empty: "" or "1" or "on" (check when no verdict is cached), "0" or "off"
@@ -51,13 +53,16 @@ const (
 
 // The check's size: a prompt of ids 0…selfCheckPrompt−1 (at most the vocabulary), its prefill
 // and selfCheckSteps greedy single-row decode steps, each step's token and logits compared;
-// with a draft head, then greedy speculative rounds after the same prefill (at most
-// selfCheckSteps, until both hold as many tokens), their tokens compared with the CPU's over
-// the positions the plain steps verified.
+// with a draft head, then selfCheckRounds greedy speculative rounds after the same prefill,
+// their tokens compared with a plain greedy run on the CPU as long as they are. Eleven ids
+// make two prefill chunks on the GPU (at most 8 rows each: runtime/backend/gpu/program.go),
+// an 8-row and a 3-row one, which run the r8 and r4 BLM row variants (kernels.BLMRowVariants);
+// the decode steps run r1, a round of block B runs the variant holding B+1 rows.
 const (
-	selfCheckPrompt  = 8
+	selfCheckPrompt  = 11
 	selfCheckSteps   = 4
-	selfCheckVersion = 1 // bump when the check changes: older verdicts are then not used
+	selfCheckRounds  = 3
+	selfCheckVersion = 2 // bump when the check or the key changes: older verdicts are then not used
 )
 
 // selfCheckMode returns the mode of opt ("" → $LITHOS_SELFCHECK). Errors: a value that is not
@@ -82,8 +87,10 @@ func selfCheckMode(opt string) (string, error) {
 type checkKey struct {
 	Version int    `json:"version"` // selfCheckVersion
 	Backend string `json:"backend"` // "metal", "cuda"
-	// Device describes the GPU (metal.Profile.String, cuda Info.String; "" when the target
-	// does not say).
+	// Device describes the GPU and the compiler of its kernels: Metal's chip profile
+	// (metal.Profile.String) and macOS version (metal.OSVersion: the OS compiles the Metal
+	// source), CUDA's device string (name, compute capability, memory, driver, NVRTC version);
+	// "" when the target does not say.
 	Device string `json:"device"`
 	// Executable is the SHA-256 of the running binary (a rebuilt binary checks again).
 	Executable string `json:"executable"`
@@ -106,8 +113,15 @@ type verdict struct {
 	MaxRelErr *float64 `json:"max_rel_err"`
 	Tolerance float64  `json:"tolerance"`
 	// CPUTokens and GPUTokens are the greedy tokens of the prefill and the plain steps.
-	CPUTokens []int32   `json:"cpu_tokens"`
-	GPUTokens []int32   `json:"gpu_tokens"`
+	CPUTokens []int32 `json:"cpu_tokens"`
+	GPUTokens []int32 `json:"gpu_tokens"`
+	// RoundGPUTokens are the GPU's tokens of the speculative part (the prefill's, then the
+	// rounds'), RoundCPUTokens the CPU's plain greedy run over as many positions; empty
+	// without a draft head or when the check ended before the rounds.
+	RoundGPUTokens []int32 `json:"round_gpu_tokens,omitempty"`
+	RoundCPUTokens []int32 `json:"round_cpu_tokens,omitempty"`
+	// Error is the GPU-side error that failed the check ("" when none did).
+	Error     string    `json:"error,omitempty"`
 	Seconds   float64   `json:"seconds"` // the check's wall time, the CPU reference's load included
 	Checked   time.Time `json:"checked_at"`
 	BundleDir string    `json:"bundle_dir"`
@@ -155,8 +169,9 @@ var executableHash = sync.OnceValues(func() (string, error) {
 })
 
 // deviceName describes a GPU target's device: a Metal device's profile (chip, cores, family,
-// working set), a device that is a fmt.Stringer (CUDA: name, compute capability, memory,
-// driver), else its Name; "" for a target that is not the GPU runtime's.
+// working set) and the macOS version, a device that is a fmt.Stringer (CUDA: name, compute
+// capability, memory, driver, NVRTC), else its Name; "" for a target that is not the GPU
+// runtime's.
 func deviceName(t backend.Target) string {
 	gt, ok := t.(*gpu.Target)
 	if !ok || gt.Device == nil {
@@ -164,7 +179,11 @@ func deviceName(t backend.Target) string {
 	}
 	switch d := gt.Device.(type) {
 	case interface{ Profile() metal.Profile }:
-		return d.Profile().String()
+		s := d.Profile().String()
+		if v := metal.OSVersion(); v != "" {
+			s += ", macOS " + v
+		}
+		return s
 	case fmt.Stringer:
 		return d.String()
 	}
@@ -181,22 +200,47 @@ var defaultSelfCheckDir = func() (string, error) {
 	return filepath.Join(d, "lithos", "selfcheck"), nil
 }
 
-// readVerdict returns the verdict cached at path for k; false when there is none, it does not
-// parse, or it holds another key (a collision, an older check version).
+// maxVerdictBytes bounds a verdict file: a larger one is not read (not trusted).
+const maxVerdictBytes = 1 << 20
+
+// readVerdict returns the verdict cached at path for k; false when there is none, it is not a
+// regular file (a symlink, a FIFO, a device: not followed, never opened for a blocking read),
+// it is larger than maxVerdictBytes, it does not parse, it holds another key (a collision, an
+// older check version) or it was held to another tolerance than SelfCheckTolerance.
 func readVerdict(path string, k checkKey) (*verdict, bool) {
-	data, err := os.ReadFile(path)
-	if err != nil || len(data) > 1<<20 {
+	li, err := os.Lstat(path)
+	if err != nil || !li.Mode().IsRegular() || li.Size() > maxVerdictBytes {
+		return nil, false
+	}
+	// openVerdictFlags: no symlink followed, no blocking open of a FIFO swapped in after the
+	// Lstat (selfcheck_unix.go); the handle must then be the regular file that was checked.
+	f, err := os.OpenFile(path, os.O_RDONLY|openVerdictFlags, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || !os.SameFile(li, fi) {
+		return nil, false
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxVerdictBytes+1))
+	if err != nil || len(data) > maxVerdictBytes {
 		return nil, false
 	}
 	var v verdict
-	if err := json.Unmarshal(data, &v); err != nil || v.Key != k {
+	if err := json.Unmarshal(data, &v); err != nil || v.Key != k || v.Tolerance != SelfCheckTolerance {
 		return nil, false
 	}
 	return &v, true
 }
 
+// staleTemp is the age past which writeVerdict removes a temporary verdict file left behind
+// (a process killed between its create and rename).
+const staleTemp = time.Hour
+
 // writeVerdict writes v to path atomically: a temporary file in the same directory (created
-// with it), renamed over path.
+// with it), synced, renamed over path. It first removes the directory's temporary verdict files
+// older than staleTemp.
 func writeVerdict(path string, v *verdict) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -206,11 +250,15 @@ func writeVerdict(path string, v *verdict) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	removeStaleTemps(dir, time.Now())
 	f, err := os.CreateTemp(dir, ".verdict-*.tmp")
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(append(data, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -221,6 +269,18 @@ func writeVerdict(path string, v *verdict) error {
 		os.Remove(f.Name())
 	}
 	return err
+}
+
+// removeStaleTemps removes dir's temporary verdict files (.verdict-*.tmp, regular files) last
+// modified more than staleTemp before now; errors are ignored (another process may remove
+// them first).
+func removeStaleTemps(dir string, now time.Time) {
+	names, _ := filepath.Glob(filepath.Join(dir, ".verdict-*.tmp"))
+	for _, n := range names {
+		if fi, err := os.Lstat(n); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) > staleTemp {
+			os.Remove(n)
+		}
+	}
 }
 
 // firstUseCheck returns the self-check verdict of the runner's GPU target against ref (the CPU
@@ -261,46 +321,105 @@ func (r *Runner) firstUseCheck(ctx context.Context, opt Options, mode string, re
 }
 
 // logitsReader is a session that can copy out the logits row its last sampled token came from
-// (cpu.Session, gpu.Session): the self-check compares them.
+// (cpu.Session, gpu.Session, without a drafter): the self-check compares them.
 type logitsReader interface {
 	LastLogits(dst []float32) ([]float32, error)
 }
 
+// gpuSideError is an error of the GPU's side of the check: opening, running, reading or closing
+// one of its sessions. selfCheck turns it into a failed verdict (unless ctx is done).
+type gpuSideError struct{ err error }
+
+func (e *gpuSideError) Error() string { return "self-check: GPU: " + e.err.Error() }
+func (e *gpuSideError) Unwrap() error { return e.err }
+
 // selfCheck runs the check of g (a GPU target of b, with its draft head gd or nil) against
-// ref's target of the same bundle: greedy sessions without EOS on both, the prefill of
-// selfCheckPrompt ids and selfCheckSteps single-row decode steps, each step's token and (when
-// both sessions are logitsReaders) logits compared (compareStep); with gd, speculative rounds
-// after the same prefill, tokens compared. A difference is a failed
-// verdict; an error (ref cannot load the bundle or its draft head, a session or step of
-// either fails, ctx is done) is returned, wrapped as "self-check: <backend>: …".
+// ref's target of the same bundle (runSelfCheck). A difference is a failed verdict; so is an
+// error of the GPU's side (a kernel fault, a command-buffer error, a wait that gave up:
+// gpu.ErrDeviceBusy, a session whose Close fails), recorded in the verdict's Error and Detail.
+// Other errors are returned, wrapped as "self-check: <backend>: …": ref cannot load the bundle,
+// a session or step of ref fails, ctx is done (on either side).
 func selfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backend.Drafter, ref backend.Backend) (*verdict, error) {
 	start := time.Now()
 	v := &verdict{Tolerance: SelfCheckTolerance}
-	fail := func(format string, a ...any) (*verdict, error) {
-		v.Detail = fmt.Sprintf(format, a...)
-		v.Seconds = time.Since(start).Seconds()
+	err := runSelfCheck(ctx, b, g, gd, ref, v)
+	v.Seconds = time.Since(start).Seconds()
+	if err == nil {
 		return v, nil
+	}
+	var ge *gpuSideError
+	if !errors.As(err, &ge) || ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil, err
+	}
+	msg := "the GPU failed during the check: " + err.Error()
+	if v.Detail != "" { // a difference found first, then the error (closing the sessions)
+		msg = v.Detail + "; then " + msg
+	}
+	v.Pass, v.Detail, v.Error = false, msg, err.Error()
+	return v, nil
+}
+
+// runSelfCheck fills v: greedy sessions without EOS on g and on ref's target, the prefill of
+// selfCheckPrompt ids and selfCheckSteps single-row decode steps, each step's token and (when
+// both sessions are logitsReaders) logits compared (compareStep); with gd, selfCheckRounds
+// speculative rounds on g after the same prefill, their tokens compared with ref's plain
+// greedy run continued as far (compareRounds). It sets v.Pass only when every session closed
+// without an error. A difference sets v.Detail and returns nil; errors are the sessions' (a
+// gpuSideError for g's) and ref's Load.
+func runSelfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backend.Drafter, ref backend.Backend, v *verdict) (err error) {
+	refName := ref.Name()
+	fail := func(format string, a ...any) error {
+		v.Detail = fmt.Sprintf(format, a...)
+		return nil
 	}
 	rt, err := ref.Load(ctx, b)
 	if err != nil {
-		return nil, fmt.Errorf("self-check: %s: %w", ref.Name(), err)
+		return fmt.Errorf("self-check: %s: %w", refName, err)
 	}
 	defer rt.Close()
 	vocab := g.Config().Vocab
 	if rv := rt.Config().Vocab; rv != vocab {
-		return fail("the vocabulary is %d on the GPU, %d on %s", vocab, rv, ref.Name())
+		return fail("the vocabulary is %d on the GPU, %d on %s", vocab, rv, refName)
 	}
 	prompt := make([]int32, min(selfCheckPrompt, vocab))
 	for i := range prompt {
 		prompt[i] = int32(i)
 	}
-	opt := backend.SessionOptions{Capacity: len(prompt) + selfCheckSteps + 1, Sampling: sample.Params{TopP: 1}}
-	pair, err := newSessionPair(g, rt, ref.Name(), opt)
-	if err != nil {
-		return nil, err
+	// Tokens the CPU's plain greedy run must reach: the plain steps', and with a draft head
+	// the most the rounds can commit (B+1 each) after the prefill's token.
+	need := selfCheckSteps + 1
+	if gd != nil {
+		need = max(need, 1+selfCheckRounds*(gd.BlockSize()+1))
 	}
-	defer pair.close()
-	var gl, cl []float32
+	var open []*checkSession
+	defer func() { // every session closed; the first error is the check's
+		for _, s := range open {
+			if cerr := s.close(); err == nil {
+				err = cerr
+			}
+		}
+	}()
+	newSession := func(t backend.Target, gpuSide bool, name string, opt backend.SessionOptions) (*checkSession, error) {
+		s := &checkSession{gpu: gpuSide, name: name}
+		ss, err := t.NewSession(opt)
+		if err != nil {
+			return nil, s.wrap(fmt.Errorf("session: %w", err))
+		}
+		s.s = ss
+		open = append(open, s)
+		return s, nil
+	}
+	argmax := sample.Params{TopP: 1} // greedy
+	cs, err := newSession(rt, false, refName, backend.SessionOptions{Capacity: len(prompt) + need + 1, Sampling: argmax})
+	if err != nil {
+		return err
+	}
+	ref0 := &refRun{s: cs, prompt: prompt}
+	gs, err := newSession(g, true, "GPU", backend.SessionOptions{Capacity: len(prompt) + selfCheckSteps + 1, Sampling: argmax})
+	if err != nil {
+		return err
+	}
+	var gl []float32
 	maxRel, compared := 0.0, false
 	agreed := 0 // tokens whose position both verified (a near tie ends it early)
 	var tie string
@@ -309,19 +428,26 @@ func selfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backe
 		if k > 0 {
 			what = fmt.Sprintf("decode step %d", k)
 		}
-		gt, ct, err := pair.step(ctx, k == 0, prompt, 1)
+		gt, err := gs.step(ctx, k == 0, prompt)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if len(gt) != 1 || len(ct) != 1 {
-			return fail("%s: the GPU gave %d tokens %v, %s %v (want one)", what, len(gt), gt, ref.Name(), ct)
+		if err := ref0.extend(ctx, k+1); err != nil {
+			return err
 		}
-		var withLogits bool
-		if gl, cl, withLogits, err = pair.logits(gl, cl); err != nil {
-			return nil, err
+		ct, cl := ref0.tokens[k], ref0.rows[k]
+		if len(gt) != 1 {
+			return fail("%s: the GPU gave %d tokens %v (want one); %s %d", what, len(gt), gt, refName, ct)
 		}
-		v.GPUTokens, v.CPUTokens = append(v.GPUTokens, gt[0]), append(v.CPUTokens, ct[0])
-		res := compareStep(gt[0], ct[0], gl, cl, withLogits)
+		withLogits := false
+		if gr, ok := gs.s.(logitsReader); ok && cl != nil {
+			if gl, err = gr.LastLogits(gl); err != nil {
+				return gs.wrap(fmt.Errorf("LastLogits: %w", err))
+			}
+			withLogits = true
+		}
+		v.GPUTokens, v.CPUTokens = append(v.GPUTokens, gt[0]), append(v.CPUTokens, ct)
+		res := compareStep(gt[0], ct, gl, cl, withLogits)
 		if withLogits {
 			compared = true
 			if !(res.rel <= maxRel) {
@@ -333,56 +459,178 @@ func selfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backe
 			return fail("%s: %s", what, res.fail)
 		}
 		if res.tie {
-			tie = fmt.Sprintf("; %s: the GPU chose token %d, %s %d, a near tie (logits within tolerance), later tokens not compared", what, gt[0], ref.Name(), ct[0])
+			tie = fmt.Sprintf("; %s: the GPU chose token %d, %s %d, a near tie (logits within tolerance), later tokens not compared", what, gt[0], refName, ct)
 			break
 		}
 		agreed++
+	}
+	if err := gs.close(); err != nil {
+		return err
 	}
 	v.setRel(maxRel, compared)
 	logitsNote := fmt.Sprintf("logits within %.3g relative (tolerance %g)", maxRel, SelfCheckTolerance)
 	if !compared {
 		logitsNote = "logits not compared (a session does not give them)"
 	}
-	v.Detail = fmt.Sprintf("the first %d greedy tokens %v identical (the prefill of ids 0…%d, then single-row decode steps), %s%s",
+	detail := fmt.Sprintf("the first %d greedy tokens %v identical (the prefill of ids 0…%d, then single-row decode steps), %s%s",
 		agreed, v.GPUTokens[:agreed], len(prompt)-1, logitsNote, tie)
-	pair.close()
 
-	if gd != nil && agreed > 0 {
-		cd, err := rt.LoadDraft(ctx, b)
-		if err != nil {
-			return nil, fmt.Errorf("self-check: %s: %w", ref.Name(), err)
+	if gd != nil {
+		note, failed, err := compareRounds(ctx, g, gd, ref0, newSession, v)
+		if err != nil || failed {
+			return err
 		}
-		if cd != nil {
-			bs := gd.BlockSize()
-			sopt := opt
-			sopt.Capacity = len(prompt) + (selfCheckSteps+1)*(bs+1)
-			sopt.Drafter = gd
-			if pair, err = newSessionPairDrafters(g, rt, ref.Name(), sopt, cd); err != nil {
-				return nil, err
-			}
-			defer pair.close()
-			gt, ct, err := pair.step(ctx, true, prompt, 0)
-			if err != nil {
-				return nil, err
-			}
-			rounds := 0
-			for ; rounds < agreed-1 && min(len(gt), len(ct)) < agreed; rounds++ {
-				g2, c2, err := pair.step(ctx, false, nil, 1)
-				if err != nil {
-					return nil, err
-				}
-				gt, ct = append(gt, g2...), append(ct, c2...)
-			}
-			n := min(len(gt), len(ct), agreed)
-			if i := firstDiff(gt[:n], ct[:n]); i >= 0 {
-				return fail("speculative rounds (block %d): token %d is %d on the GPU, %d on %s (GPU %v, %s %v)", bs, i, gt[i], ct[i], ref.Name(), gt, ref.Name(), ct)
-			}
-			v.Detail += fmt.Sprintf("; the same prefill then %d speculative rounds (block %d): the first %d tokens identical", rounds, bs, n)
+		detail += note
+	}
+	// Close every session now: a GPU session whose Close fails (busy) must not pass.
+	for _, s := range open {
+		if err := s.close(); err != nil {
+			return err
 		}
 	}
-	v.Pass = true
-	v.Seconds = time.Since(start).Seconds()
-	return v, nil
+	v.Detail, v.Pass = detail, true
+	return nil
+}
+
+// compareRounds runs selfCheckRounds greedy speculative rounds of g with gd after the check's
+// prefill and compares their tokens with the CPU's plain greedy run (ref, continued as far):
+// token by token, a difference failing (v.Detail set, failed true) unless it is a near tie on
+// the CPU's row (nearTie), which ends the comparison. It returns the detail's note: the rounds,
+// their commits and how many rounds and tokens were compared; "speculative rounds not checked
+// (reason)" when no round's token was.
+func compareRounds(ctx context.Context, g backend.Target, gd backend.Drafter, ref *refRun,
+	newSession func(backend.Target, bool, string, backend.SessionOptions) (*checkSession, error), v *verdict) (note string, failed bool, err error) {
+	bs := gd.BlockSize()
+	gs, err := newSession(g, true, "GPU", backend.SessionOptions{
+		Capacity: len(ref.prompt) + (selfCheckRounds+1)*(bs+1) + 1, Sampling: sample.Params{TopP: 1}, Drafter: gd})
+	if err != nil {
+		return "", false, err
+	}
+	toks, err := gs.step(ctx, true, ref.prompt)
+	if err != nil {
+		return "", false, err
+	}
+	if len(toks) != 1 {
+		v.Detail = fmt.Sprintf("speculative rounds (block %d): the prefill gave %d tokens %v on the GPU (want one)", bs, len(toks), toks)
+		return "", true, nil
+	}
+	ends := []int{1} // ends[r]: the tokens after round r (round 0: the prefill)
+	for r := 1; r <= selfCheckRounds; r++ {
+		t, err := gs.step(ctx, false, nil)
+		if err != nil {
+			return "", false, err
+		}
+		if len(t) < 1 || len(t) > bs+1 {
+			v.Detail = fmt.Sprintf("speculative round %d (block %d): the GPU committed %d tokens %v (want 1 to %d)", r, bs, len(t), t, bs+1)
+			return "", true, nil
+		}
+		toks = append(toks, t...)
+		ends = append(ends, len(toks))
+	}
+	st := gs.s.Stats()
+	if err := gs.close(); err != nil {
+		return "", false, err
+	}
+	if err := ref.extend(ctx, len(toks)); err != nil {
+		return "", false, err
+	}
+	v.RoundGPUTokens, v.RoundCPUTokens = toks, ref.tokens[:len(toks)]
+	round := func(i int) string { // which part of the run token i came from
+		r := 0
+		for ends[r] <= i {
+			r++
+		}
+		if r == 0 {
+			return "the prefill's"
+		}
+		return fmt.Sprintf("round %d's", r)
+	}
+	n, stop := 0, ""
+	for ; n < len(toks); n++ {
+		gt, ct := toks[n], ref.tokens[n]
+		if gt == ct {
+			continue
+		}
+		if nearTie(gt, ref.rows[n]) {
+			stop = fmt.Sprintf("token %d (%s) is %d on the GPU, %d in the plain %s run, a near tie on %s's logits", n, round(n), gt, ct, ref.s.name, ref.s.name)
+			break
+		}
+		v.Detail = fmt.Sprintf("speculative rounds (block %d): token %d (%s) is %d on the GPU, %d in a plain %s greedy run (GPU %v, %s %v)",
+			bs, n, round(n), gt, ct, ref.s.name, toks, ref.s.name, ref.tokens[:len(toks)])
+		return "", true, nil
+	}
+	full := 0 // rounds all of whose tokens were compared
+	commits := make([]string, selfCheckRounds)
+	accepted := 0
+	for r := 1; r <= selfCheckRounds; r++ {
+		if ends[r] <= n {
+			full++
+		}
+		c := ends[r] - ends[r-1]
+		commits[r-1] = fmt.Sprint(c)
+		accepted += c - 1
+	}
+	ran := fmt.Sprintf("%d decode passes after the same prefill", selfCheckRounds)
+	if st.Rounds != selfCheckRounds {
+		ran += fmt.Sprintf(" (%d of them speculative rounds, %d single-row steps)", st.Rounds, st.PlainSteps)
+	}
+	if n <= ends[0] {
+		return fmt.Sprintf("; speculative rounds not checked (%s)", stop), false, nil
+	}
+	note = fmt.Sprintf("; speculative (block %d): %s committed %s tokens (%d drafts accepted), compared with a plain %s greedy run: %d of %d rounds and the first %d tokens identical",
+		bs, ran, strings.Join(commits, "+"), accepted, ref.s.name, full, selfCheckRounds, n)
+	if stop != "" {
+		note += "; then " + stop + ", later tokens not compared"
+	}
+	if accepted == 0 {
+		note += "; no draft accepted, so the commit of accepted rows was not exercised"
+	}
+	return note, false, nil
+}
+
+// nearTie tells whether token t is within SelfCheckTolerance of the top of the logits row c
+// (c[t] ≥ max(c) − SelfCheckTolerance·max|c|): a GPU choosing t where the CPU chose the argmax
+// differs by rounding. False without a row (nil) or for t outside it.
+func nearTie(t int32, c []float32) bool {
+	if len(c) == 0 || t < 0 || int(t) >= len(c) {
+		return false
+	}
+	var top, scale float64 = math.Inf(-1), 0
+	for _, x := range c {
+		top, scale = max(top, float64(x)), max(scale, math.Abs(float64(x)))
+	}
+	return float64(c[t]) >= top-SelfCheckTolerance*scale
+}
+
+// refRun is the CPU's plain greedy run of the check's prompt: tokens[i] and the logits row it
+// came from (rows[i]; nil when the session is not a logitsReader), as far as extend ran it.
+type refRun struct {
+	s      *checkSession
+	prompt []int32
+	tokens []int32
+	rows   [][]float32
+}
+
+// extend runs the prefill (first) and single-row decode steps until the run holds n tokens.
+// Errors: the session's (wrapped), a step that did not give exactly one token.
+func (r *refRun) extend(ctx context.Context, n int) error {
+	for len(r.tokens) < n {
+		t, err := r.s.step(ctx, len(r.tokens) == 0, r.prompt)
+		if err != nil {
+			return err
+		}
+		if len(t) != 1 {
+			return r.s.wrap(fmt.Errorf("step %d gave %d tokens %v (want one)", len(r.tokens), len(t), t))
+		}
+		var row []float32
+		if lr, ok := r.s.s.(logitsReader); ok {
+			if row, err = lr.LastLogits(nil); err != nil {
+				return r.s.wrap(fmt.Errorf("LastLogits: %w", err))
+			}
+		}
+		r.tokens, r.rows = append(r.tokens, t[0]), append(r.rows, row)
+	}
+	return nil
 }
 
 // setRel records the largest relative logits difference (null when none was compared or it
@@ -469,85 +717,46 @@ func worstLogit(g, c []float32) int {
 	return w
 }
 
-// firstDiff is the first index where a and b (of equal length) differ, −1 when none.
-func firstDiff(a, b []int32) int {
-	for i := range a {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return -1
+// checkSession is a session of the check and the side it runs on (gpu: the GPU's, whose errors
+// are gpuSideErrors; else the reference called name).
+type checkSession struct {
+	s    backend.Session // nil once closed
+	gpu  bool
+	name string
 }
 
-// sessionPair is a GPU session and the reference's, driven in step.
-type sessionPair struct {
-	g, c    backend.Session
-	refName string
+// wrap marks err as this side's: a gpuSideError, or "self-check: <name>: …".
+func (c *checkSession) wrap(err error) error {
+	if c.gpu {
+		return &gpuSideError{err}
+	}
+	return fmt.Errorf("self-check: %s: %w", c.name, err)
 }
 
-func newSessionPair(g, ref backend.Target, refName string, opt backend.SessionOptions) (*sessionPair, error) {
-	return newSessionPairDrafters(g, ref, refName, opt, nil)
-}
-
-// newSessionPairDrafters opens the sessions of opt on g and ref; with refDraft, ref's session
-// gets it as its drafter (opt.Drafter is g's).
-func newSessionPairDrafters(g, ref backend.Target, refName string, opt backend.SessionOptions, refDraft backend.Drafter) (*sessionPair, error) {
-	gs, err := g.NewSession(opt)
-	if err != nil {
-		return nil, fmt.Errorf("self-check: GPU session: %w", err)
-	}
-	if refDraft != nil {
-		opt.Drafter = refDraft
-	}
-	cs, err := ref.NewSession(opt)
-	if err != nil {
-		gs.Close()
-		return nil, fmt.Errorf("self-check: %s session: %w", refName, err)
-	}
-	return &sessionPair{g: gs, c: cs, refName: refName}, nil
-}
-
-// step runs the prefill of prompt (prefill) or steps decode steps on both sessions and drains
-// their rings.
-func (p *sessionPair) step(ctx context.Context, prefill bool, prompt []int32, steps int) (gt, ct []int32, err error) {
-	run := func(s backend.Session) error {
-		if prefill {
-			return s.Prefill(ctx, prompt)
-		}
-		return s.Decode(ctx, steps)
-	}
-	if err := run(p.g); err != nil {
-		return nil, nil, fmt.Errorf("self-check: GPU: %w", err)
-	}
-	if err := run(p.c); err != nil {
-		return nil, nil, fmt.Errorf("self-check: %s: %w", p.refName, err)
-	}
-	return p.g.Ring().Drain(p.g.State(), nil), p.c.Ring().Drain(p.c.State(), nil), nil
-}
-
-// logits reads both sessions' last logits into gl and cl; ok is false when either session is
-// not a logitsReader.
-func (p *sessionPair) logits(gl, cl []float32) ([]float32, []float32, bool, error) {
-	gr, gok := p.g.(logitsReader)
-	cr, cok := p.c.(logitsReader)
-	if !gok || !cok {
-		return gl, cl, false, nil
-	}
+// step runs the prefill of prompt (prefill) or one decode step (a round with a drafter) and
+// drains the ring.
+func (c *checkSession) step(ctx context.Context, prefill bool, prompt []int32) ([]int32, error) {
 	var err error
-	if gl, err = gr.LastLogits(gl); err != nil {
-		return nil, nil, false, fmt.Errorf("self-check: GPU: %w", err)
+	if prefill {
+		err = c.s.Prefill(ctx, prompt)
+	} else {
+		err = c.s.Decode(ctx, 1)
 	}
-	if cl, err = cr.LastLogits(cl); err != nil {
-		return nil, nil, false, fmt.Errorf("self-check: %s: %w", p.refName, err)
+	if err != nil {
+		return nil, c.wrap(err)
 	}
-	return gl, cl, true, nil
+	return c.s.Ring().Drain(c.s.State(), nil), nil
 }
 
-// close closes both sessions (a second close does nothing).
-func (p *sessionPair) close() {
-	if p.g != nil {
-		p.g.Close()
-		p.c.Close()
-		p.g, p.c = nil, nil
+// close closes the session (a second close does nothing) and returns its error, wrapped.
+func (c *checkSession) close() error {
+	if c.s == nil {
+		return nil
 	}
+	err := c.s.Close()
+	c.s = nil
+	if err != nil {
+		return c.wrap(fmt.Errorf("close: %w", err))
+	}
+	return nil
 }

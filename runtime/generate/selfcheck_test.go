@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"lithos/pack"
 	"lithos/runtime/backend"
@@ -48,24 +49,37 @@ func (s *driftSession) LastLogits(dst []float32) ([]float32, error) {
 	return l, err
 }
 
-// shiftedTokens reports every sampled token as token+1 (mod vocab) in its own ring, the logits
-// unchanged (a GPU whose argmax or ring write is wrong).
+// shiftedTokens reports every sampled token from the from-th on as token+1 (mod vocab) in its
+// own ring, the logits unchanged (a GPU whose argmax or ring write is wrong).
 type shiftedTokens struct {
 	backend.Session
-	vocab int32
-	ss    *backend.StepState
-	ring  *backend.Ring
+	vocab      int32
+	ss         *backend.StepState
+	ring       *backend.Ring
+	from, seen int
 }
 
-func shift(s backend.Session, _ backend.SessionOptions, vocab int) backend.Session {
-	return &shiftedTokens{Session: s, vocab: int32(vocab), ss: backend.NewStepState(1, 0), ring: backend.NewRing(64)}
+func shift(s backend.Session, opt backend.SessionOptions, vocab int) backend.Session {
+	return shiftFrom(0)(s, opt, vocab)
+}
+
+// shiftFrom returns a wrap that shifts the tokens of speculative sessions and of plain ones
+// from the from-th sampled token on.
+func shiftFrom(from int) func(backend.Session, backend.SessionOptions, int) backend.Session {
+	return func(s backend.Session, _ backend.SessionOptions, vocab int) backend.Session {
+		return &shiftedTokens{Session: s, vocab: int32(vocab), ss: backend.NewStepState(1, 0), ring: backend.NewRing(64), from: from}
+	}
 }
 
 func (s *shiftedTokens) State() *backend.StepState { return s.ss }
 func (s *shiftedTokens) Ring() *backend.Ring       { return s.ring }
 func (s *shiftedTokens) relay() {
 	for _, t := range s.Session.Ring().Drain(s.Session.State(), nil) {
-		s.ring.Push(s.ss, (t+1)%s.vocab)
+		if s.seen >= s.from {
+			t = (t + 1) % s.vocab
+		}
+		s.seen++
+		s.ring.Push(s.ss, t)
 	}
 }
 func (s *shiftedTokens) Prefill(ctx context.Context, p []int32) error {
@@ -129,9 +143,12 @@ func onlyVerdict(t *testing.T, cache string) (string, verdict) {
 	panic("unreachable")
 }
 
-// cpuGreedy returns the CPU backend's greedy tokens of the check's prompt (ids 0…7, no EOS):
-// the prefill's token and selfCheckSteps decode steps'.
-func cpuGreedy(t *testing.T, dir string) []int32 {
+// checkPrompt is the check's prompt on the fixtures (vocabularies of 608 and 1024): ids 0…10.
+var checkPrompt = []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+
+// cpuGreedy returns the CPU backend's greedy tokens of the check's prompt (checkPrompt, no
+// EOS): the prefill's token and steps decode steps'.
+func cpuGreedy(t *testing.T, dir string, steps int) []int32 {
 	t.Helper()
 	b, err := bundle.Open(dir)
 	if err != nil {
@@ -142,15 +159,15 @@ func cpuGreedy(t *testing.T, dir string) []int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := tg.NewSession(backend.SessionOptions{Capacity: 16, Sampling: greedy})
+	s, err := tg.NewSession(backend.SessionOptions{Capacity: len(checkPrompt) + steps + 1, Sampling: greedy})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := s.Prefill(context.Background(), []int32{0, 1, 2, 3, 4, 5, 6, 7}); err != nil {
+	if err := s.Prefill(context.Background(), checkPrompt); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Decode(context.Background(), selfCheckSteps); err != nil {
+	if err := s.Decode(context.Background(), steps); err != nil {
 		t.Fatal(err)
 	}
 	return s.Ring().Drain(s.State(), nil)
@@ -180,15 +197,27 @@ func TestSelfCheckPass(t *testing.T) {
 		t.Errorf("log %q: want an info line saying it passed, no warning", logs.String())
 	}
 	f, v := onlyVerdict(t, cache)
-	want := cpuGreedy(t, dir)
+	want := cpuGreedy(t, dir, selfCheckSteps)
 	if !v.Pass || v.Key.Backend != "fakegpu" || v.Key.Executable == "" || v.Key.Bundle == "" || v.Key.Version != selfCheckVersion {
 		t.Errorf("verdict %+v: want a pass keyed by backend, executable, bundle", v)
 	}
 	if !slices.Equal(v.CPUTokens, want) || !slices.Equal(v.GPUTokens, want) || v.MaxRelErr == nil || *v.MaxRelErr != 0 {
 		t.Errorf("verdict tokens CPU %v GPU %v, max rel %v: want %v on both, 0", v.CPUTokens, v.GPUTokens, v.MaxRelErr, want)
 	}
-	if !strings.Contains(v.Detail, "speculative rounds (block 7): the first 5 tokens identical") || !strings.Contains(lines[info], f) {
-		t.Errorf("detail %q, info line %q: want the rounds checked and the verdict file named", v.Detail, lines[info])
+	// The rounds' tokens against an independent plain CPU run of the same length (the random
+	// head accepts no draft here: 1 token a round).
+	long := cpuGreedy(t, dir, 3*8)
+	n := len(v.RoundGPUTokens)
+	if n < 1+selfCheckRounds || !slices.Equal(v.RoundGPUTokens, long[:n]) || !slices.Equal(v.RoundCPUTokens, long[:n]) {
+		t.Errorf("round tokens GPU %v CPU %v: want at least %d, the plain CPU run's %v", v.RoundGPUTokens, v.RoundCPUTokens, 1+selfCheckRounds, long)
+	}
+	rounds := fmt.Sprintf("speculative (block 7): 3 decode passes after the same prefill committed %s tokens (%d drafts accepted), compared with a plain cpu greedy run: 3 of 3 rounds and the first %d tokens identical",
+		"1+1+1", n-4, n)
+	if !strings.Contains(v.Detail, rounds) || !strings.Contains(v.Detail, "the prefill of ids 0…10") || !strings.Contains(lines[info], f) {
+		t.Errorf("detail %q, info line %q: want %q and the verdict file named", v.Detail, lines[info], rounds)
+	}
+	if n == 4 && !strings.Contains(v.Detail, "no draft accepted, so the commit of accepted rows was not exercised") {
+		t.Errorf("detail %q: no draft was accepted and it does not say so", v.Detail)
 	}
 	t.Logf("self-check on golden b with a BF16 draft head: %.1f ms (%s)", 1e3*v.Seconds, v.Detail)
 
@@ -218,7 +247,7 @@ func TestSelfCheckWrongTokens(t *testing.T) {
 	if r.Backend.Name() != "cpu" || g.loads != 1 || g.closes != 1 || g.sessions != 2 {
 		t.Fatalf("backend %s, GPU loads %d closes %d sessions %d: want cpu, 1, 1, 2 (probe, plain check)", r.Backend.Name(), g.loads, g.closes, g.sessions)
 	}
-	want := cpuGreedy(t, dir)
+	want := cpuGreedy(t, dir, selfCheckSteps)
 	warn := warnings(&logs)
 	if len(warn) != 1 {
 		t.Fatalf("warnings %q: want one", warn)
@@ -261,8 +290,22 @@ func TestSelfCheckRounds(t *testing.T) {
 	g := &fakeGPU{wrap: roundsWrong}
 	r := openAuto(t, dir, cache, "", g, &logs)
 	warn := warnings(&logs)
-	if r.Backend.Name() != "cpu" || len(warn) != 1 || !strings.Contains(warn[0], "speculative rounds (block 7): token 0 is") {
+	if r.Backend.Name() != "cpu" || len(warn) != 1 || !strings.Contains(warn[0], "speculative rounds (block 7): token 0 (the prefill's) is") {
 		t.Fatalf("backend %s, warnings %q: want cpu and the rounds named", r.Backend.Name(), warn)
+	}
+	// Rounds that go wrong only from the second on (the replay of the first round's commit,
+	// the drafter's append) fail too: token 2 is round 2's.
+	later := func(s backend.Session, opt backend.SessionOptions, vocab int) backend.Session {
+		if opt.Drafter == nil {
+			return s
+		}
+		return shiftFrom(2)(s, opt, vocab)
+	}
+	logs.Reset()
+	r = openAuto(t, dir, t.TempDir(), "", &fakeGPU{wrap: later}, &logs)
+	warn = warnings(&logs)
+	if r.Backend.Name() != "cpu" || len(warn) != 1 || !strings.Contains(warn[0], "speculative rounds (block 7): token 2 (round 2's) is") {
+		t.Fatalf("later rounds wrong: backend %s, warnings %q: want cpu and round 2 named", r.Backend.Name(), warn)
 	}
 	g = &fakeGPU{wrap: roundsWrong}
 	r, err := openWith(context.Background(), dir, Options{NoDraft: true, SelfCheckDir: cache, Log: quiet()}, autoCands(g, nil))
@@ -345,6 +388,15 @@ func TestSelfCheckCacheFiles(t *testing.T) {
 		b, _ := json.Marshal(v)
 		return b
 	}()
+	otherTolerance := func() []byte { // a failure with the key, held to another tolerance
+		_, v := onlyVerdict(t, cache)
+		v.Tolerance = 2 * SelfCheckTolerance
+		b, _ := json.Marshal(v)
+		return b
+	}()
+	// The cached failure as it is (it would be trusted), after 1 MiB of spaces (valid JSON).
+	_, cachedFailure := onlyVerdict(t, cache)
+	tooLarge := append(bytes.Repeat([]byte(" "), maxVerdictBytes), mustJSON(t, cachedFailure)...)
 	for _, c := range []struct {
 		name, mode string
 		data       []byte // written to the verdict file first (nil: keep it)
@@ -352,6 +404,8 @@ func TestSelfCheckCacheFiles(t *testing.T) {
 		{"corrupt", "", []byte(`{"key": {"version": 1, "backend": "fakeg`)},
 		{"empty", "", []byte{}},
 		{"another key", "", otherKey},
+		{"another tolerance", "", otherTolerance},
+		{"larger than 1 MiB", "", tooLarge},
 		{"force", SelfCheckForce, nil},
 		{"force via the environment", "", nil},
 	} {
@@ -378,6 +432,39 @@ func TestSelfCheckCacheFiles(t *testing.T) {
 				t.Errorf("verdict file %s: %+v: want a pass at %s", f2, v, f)
 			}
 		})
+	}
+}
+
+// TestVerdictStaleTemps: writing a verdict removes the temporary verdict files older than an
+// hour (a process killed before its rename), not a newer one (a concurrent writer's) nor other
+// files.
+func TestVerdictStaleTemps(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * time.Hour)
+	files := map[string]bool{".verdict-1.tmp": false, ".verdict-2.tmp": true, "notes.tmp": true} // name: kept
+	for name, kept := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("{"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if !kept || name == "notes.tmp" {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	path := filepath.Join(dir, "x.json")
+	v := &verdict{Key: checkKey{Version: selfCheckVersion, Backend: "x"}, Pass: true, Tolerance: SelfCheckTolerance}
+	if err := writeVerdict(path, v); err != nil {
+		t.Fatal(err)
+	}
+	for name, kept := range files {
+		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != kept {
+			t.Errorf("%s: stat %v: want kept %v", name, err, kept)
+		}
+	}
+	if got, ok := readVerdict(path, v.Key); !ok || !got.Pass {
+		t.Errorf("readVerdict after writeVerdict: %+v, %v", got, ok)
 	}
 }
 

@@ -5,6 +5,7 @@ package cuda
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"lithos/runtime/backend/gpu"
@@ -32,9 +33,17 @@ func (r *runtimeDevice) HostAlloc(size int64, mapped bool) (*gpu.HostBuffer, err
 	return r.d.HostAlloc(size, mapped, false)
 }
 
-// String describes the GPU (Info.String: name, compute capability, memory, SMs, L2, driver):
-// runtime/generate keys its first-use self-check verdicts by it.
-func (r *runtimeDevice) String() string { return r.d.Info.String() }
+// String describes the GPU and the compiler of its kernels: Info.String (name, compute
+// capability, memory, SMs, L2, driver), then ", NVRTC <major>.<minor>" (NVRTCVersion; "NVRTC
+// unknown" when it cannot be read). runtime/generate keys its first-use self-check verdicts by
+// it, so a driver or NVRTC update checks again.
+func (r *runtimeDevice) String() string {
+	nv := "unknown"
+	if major, minor, err := NVRTCVersion(); err == nil {
+		nv = fmt.Sprintf("%d.%d", major, minor)
+	}
+	return r.d.Info.String() + ", NVRTC " + nv
+}
 
 // UploadStaged asks the kernel to read the mapping ahead (it is read once, front to back),
 // then stages it through pinned memory (Device.UploadStaged).

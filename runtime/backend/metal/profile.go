@@ -40,3 +40,13 @@ func (p Profile) String() string {
 	}
 	return fmt.Sprintf("%s (%s, Apple%d, %.1f GB working set)", p.Name, cores, p.Family, float64(p.WorkingSet)/1e9)
 }
+
+// OSVersion returns the macOS version the process runs on, "14.4.1 (23E224)" (sysctl
+// kern.osproductversion and kern.osversion, the build), or "" where it cannot be read and on
+// other systems. The OS compiles the Metal source (MTLDevice newLibraryWithSource), so a
+// macOS update may change the code the kernels run as: runtime/generate keys its first-use
+// self-check verdicts by it.
+func OSVersion() string { return osVersion() }
+
+// osVersion is OSVersion's source: "" here, sysctl on darwin (osversion_darwin.go).
+var osVersion = func() string { return "" }
