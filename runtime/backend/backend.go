@@ -28,6 +28,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"lithos/runtime/bundle"
@@ -207,6 +208,13 @@ type RoundStats struct {
 	// DraftTime is the drafter's time (Draft and Append) and VerifyTime the target's (the
 	// verify step, the accept scan and the commit), summed over the rounds.
 	DraftTime, VerifyTime time.Duration
+}
+
+// Clone returns a copy of r that shares no slice with it (what Session.Stats returns).
+func (r RoundStats) Clone() RoundStats {
+	r.Committed, r.Drafted, r.Accepted = slices.Clone(r.Committed), slices.Clone(r.Drafted), slices.Clone(r.Accepted)
+	r.ConfidenceSum = slices.Clone(r.ConfidenceSum)
+	return r
 }
 
 // Session is one sequence on the device. Its methods are called from one goroutine; each

@@ -31,3 +31,13 @@ func TestCheckPrompt(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundStatsClone: a clone shares no slice with the original.
+func TestRoundStatsClone(t *testing.T) {
+	r := RoundStats{Rounds: 2, Committed: []int{1, 1}, Drafted: []int{2}, Accepted: []int{1}, ConfidenceSum: []float64{0.5}}
+	c := r.Clone()
+	c.Committed[0], c.Drafted[0], c.Accepted[0], c.ConfidenceSum[0] = 9, 9, 9, 9
+	if r.Committed[0] != 1 || r.Drafted[0] != 2 || r.Accepted[0] != 1 || r.ConfidenceSum[0] != 0.5 || c.Rounds != 2 {
+		t.Fatalf("the clone shares memory with the original or lost a field: %+v / %+v", r, c)
+	}
+}

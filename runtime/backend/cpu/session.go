@@ -121,10 +121,7 @@ func (s *Session) Ring() *backend.Ring { return s.ring }
 
 // Stats returns the decode telemetry (a copy).
 func (s *Session) Stats() backend.RoundStats {
-	r := s.stats
-	r.Committed, r.Drafted, r.Accepted = slices.Clone(r.Committed), slices.Clone(r.Drafted), slices.Clone(r.Accepted)
-	r.ConfidenceSum = slices.Clone(r.ConfidenceSum)
-	return r
+	return s.stats.Clone()
 }
 
 // Close drops the session's state.

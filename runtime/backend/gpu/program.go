@@ -159,20 +159,23 @@ type layerPlan struct {
 	qNorm, kNorm     uint64
 }
 
-// segment returns the output-column offset and rows of the segment of m whose checkpoint
-// name ends with suffix, requiring a concatenated stack.
-func segment(m *Matrix, suffix, device string) (int, int, error) {
+// segment returns the output-column offset of the segment of m whose checkpoint name ends
+// with suffix, requiring a concatenated stack and rows rows in the segment.
+func segment(m *Matrix, suffix string, rows int, device string) (int, error) {
 	if m.Stack.Mode != blm.Concat {
-		return 0, 0, backend.Unsupported(fmt.Errorf("tensor %s: stack mode %v, the %s programs read concatenated segments", m.Name, m.Stack.Mode, device))
+		return 0, backend.Unsupported(fmt.Errorf("tensor %s: stack mode %v, the %s programs read concatenated segments", m.Name, m.Stack.Mode, device))
 	}
 	off := 0
 	for _, s := range m.Stack.Segments {
 		if strings.HasSuffix(s.Name, suffix) {
-			return off, int(s.Rows), nil
+			if int(s.Rows) != rows {
+				return 0, fmt.Errorf("tensor %s: segment %s has %d rows, want %d", m.Name, suffix, s.Rows, rows)
+			}
+			return off, nil
 		}
 		off += int(s.Rows)
 	}
-	return 0, 0, fmt.Errorf("tensor %s: no segment %s", m.Name, suffix)
+	return 0, fmt.Errorf("tensor %s: no segment %s", m.Name, suffix)
 }
 
 // plan collects, for every layer, the tensors the programs read, checking stacks, shapes and
@@ -243,7 +246,6 @@ func (t *Target) plan() ([]layerPlan, error) {
 			if p.out, err = mat(a+"out_proj", h, vd); err != nil {
 				return fail(err)
 			}
-			var n int
 			for _, s := range []struct {
 				off    *int
 				suffix string
@@ -251,11 +253,8 @@ func (t *Target) plan() ([]layerPlan, error) {
 				m      *Matrix
 			}{{&p.zOff, "in_proj_z.weight", vd, p.zqkv}, {&p.qkvOff, "in_proj_qkv.weight", cd, p.zqkv},
 				{&p.aOff, "in_proj_a.weight", c.VHeads, p.ab}, {&p.bOff, "in_proj_b.weight", c.VHeads, p.ab}} {
-				if *s.off, n, err = segment(s.m, s.suffix, t.Device.Name()); err != nil {
+				if *s.off, err = segment(s.m, s.suffix, s.rows, t.Device.Name()); err != nil {
 					return fail(err)
-				}
-				if n != s.rows {
-					return fail(fmt.Errorf("tensor %s: segment %s has %d rows, want %d", s.m.Name, s.suffix, n, s.rows))
 				}
 			}
 			if p.conv, err = vec(a+"conv1d", cd*c.ConvKernel, manifests.TransformNone); err != nil {
@@ -280,17 +279,13 @@ func (t *Target) plan() ([]layerPlan, error) {
 			if p.o, err = mat(a+"o_proj", h, qd); err != nil {
 				return fail(err)
 			}
-			var n int
 			for _, s := range []struct {
 				off    *int
 				suffix string
 				rows   int
 			}{{&p.qOff, "q_proj.weight", 2 * qd}, {&p.kOff, "k_proj.weight", kvd}, {&p.vOff, "v_proj.weight", kvd}} {
-				if *s.off, n, err = segment(p.qkv, s.suffix, t.Device.Name()); err != nil {
+				if *s.off, err = segment(p.qkv, s.suffix, s.rows, t.Device.Name()); err != nil {
 					return fail(err)
-				}
-				if n != s.rows {
-					return fail(fmt.Errorf("tensor %s: segment %s has %d rows, want %d", p.qkv.Name, s.suffix, n, s.rows))
 				}
 			}
 			if p.qNorm, err = vec(a+"q_norm", c.HeadDim, manifests.TransformOnePlus); err != nil {

@@ -393,10 +393,7 @@ func (s *Session) Ring() *backend.Ring { return s.ring }
 // verify pass, accept scan and commit replay; the device's clock: %globaltimer on CUDA);
 // without one PlainSteps and VerifyTime, the wall time of the Decode calls.
 func (s *Session) Stats() backend.RoundStats {
-	r := s.stats
-	r.Committed, r.Drafted, r.Accepted = slices.Clone(r.Committed), slices.Clone(r.Drafted), slices.Clone(r.Accepted)
-	r.ConfidenceSum = slices.Clone(r.ConfidenceSum)
-	return r
+	return s.stats.Clone()
 }
 
 // readStats decodes the round's stats words (kernels.RoundStatsWords) into s.stats.

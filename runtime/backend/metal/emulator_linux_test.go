@@ -194,11 +194,8 @@ func (d *emuDevice) Upload(src []byte) (*gpu.Buffer, error) {
 func (d *emuDevice) UploadStaged(ctx context.Context, dst *gpu.Buffer, src []byte, desc string) (gpu.UploadStats, error) {
 	start := time.Now()
 	st := gpu.UploadStats{Bytes: int64(len(src))}
-	if int64(len(src)) > dst.Size {
-		return st, fmt.Errorf("metal: %s: %d bytes into a buffer of %d", desc, len(src), dst.Size)
-	}
-	if len(src) == 0 {
-		return st, nil
+	if done, err := checkUpload(dst, src, desc); done || err != nil {
+		return st, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -303,6 +303,15 @@ func (s *space) fillLoc(dst *gpu.Buffer, off, words int64) (*Buffer, uint64, err
 	return db, o, err
 }
 
+// checkUpload checks an UploadStaged call (both Metal devices): src must fit dst, naming desc;
+// done reports an empty src (nothing to do).
+func checkUpload(dst *gpu.Buffer, src []byte, desc string) (done bool, err error) {
+	if int64(len(src)) > dst.Size {
+		return false, fmt.Errorf("metal: %s: %d bytes into a buffer of %d", desc, len(src), dst.Size)
+	}
+	return len(src) == 0, nil
+}
+
 // checkHtoD checks CopyHtoD's ranges against the buffers' sizes.
 func checkHtoD(dst *gpu.Buffer, dstOff int64, src *gpu.HostBuffer, srcOff, n int64) error {
 	if dstOff < 0 || n < 0 || srcOff < 0 || dstOff > dst.Size-n || srcOff > int64(len(src.Bytes))-n {
