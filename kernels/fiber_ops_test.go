@@ -27,34 +27,41 @@ func randVec(r *rand.Rand, n int, scale float32) []float32 {
 	return v
 }
 
+// TestFiberRMSNorm: every mode against runtime/model, for a group held in registers (5120, the
+// 27B's hidden size: 256 < n ≤ RMS_REG·256) and for the loop that reads x twice (n = 200, not a
+// multiple of the 256 threads; 6400, past RMS_REG·256 = 6144).
 func TestFiberRMSNorm(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	const rows, groups, n = 3, 2, 200 // n not a multiple of the 256 threads
-	const eps = 1e-6
-	x := randVec(r, rows*groups*n, 3)
-	z := randVec(r, rows*groups*n, 4)
-	w := randVec(r, n, 1)
-	for _, mode := range []uint32{RMSPlain, RMSOnePlus, RMSGated} {
-		t.Run(fmt.Sprint("mode", mode), func(t *testing.T) {
-			want := make([]float32, len(x))
-			switch mode {
-			case RMSPlain:
-				model.RMSNorm(want, x, w, rows*groups, eps)
-			case RMSOnePlus:
-				model.RMSNorm(want, x, model.OnePlus(w), rows*groups, eps)
-			case RMSGated:
-				model.GatedRMSNorm(want, x, z, w, rows*groups, eps)
-			}
-			p := RMSNormParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Groups: groups, N: n,
-				LdX: groups * n, LdZ: groups * n, LdY: groups * n, Mode: mode, Eps: eps}
-			var j job
-			y := j.poison(len(x))
-			j.launch(t, "lithos_rmsnorm", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(x), j.f32(w), j.f32(z), y)
-			got := bytesF32(j.mustRun(t)[y])
-			// Σx² in float32 (CPU: float64): relative error of r ≲ n·2⁻²⁴; the products add a few ulp.
-			closeTo(t, "rmsnorm", got, want, 4e-6, 1e-7)
-		})
+	for _, n := range []uint32{200, 5120, 6400} {
+		for _, mode := range []uint32{RMSPlain, RMSOnePlus, RMSGated} {
+			t.Run(fmt.Sprintf("n%d/mode%d", n, mode), func(t *testing.T) { fiberRMSNorm(t, n, mode) })
+		}
 	}
+}
+
+func fiberRMSNorm(t *testing.T, n, mode uint32) {
+	r := rand.New(rand.NewPCG(1, uint64(n)))
+	const rows, groups = 3, 2
+	const eps = 1e-6
+	x := randVec(r, int(rows*groups*n), 3)
+	z := randVec(r, int(rows*groups*n), 4)
+	w := randVec(r, int(n), 1)
+	want := make([]float32, len(x))
+	switch mode {
+	case RMSPlain:
+		model.RMSNorm(want, x, w, rows*groups, eps)
+	case RMSOnePlus:
+		model.RMSNorm(want, x, model.OnePlus(w), rows*groups, eps)
+	case RMSGated:
+		model.GatedRMSNorm(want, x, z, w, rows*groups, eps)
+	}
+	p := RMSNormParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Groups: groups, N: n,
+		LdX: groups * n, LdZ: groups * n, LdY: groups * n, Mode: mode, Eps: eps}
+	var j job
+	y := j.poison(len(x))
+	j.launch(t, "lithos_rmsnorm", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(x), j.f32(w), j.f32(z), y)
+	got := bytesF32(j.mustRun(t)[y])
+	// Σx² in float32 (CPU: float64): relative error of r ≲ n·2⁻²⁴; the products add a few ulp.
+	closeTo(t, "rmsnorm", got, want, 4e-6, 1e-7)
 }
 
 func TestFiberRMSNormDynamicRowsAndDone(t *testing.T) {
