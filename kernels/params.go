@@ -155,6 +155,38 @@ func BLMSplit(blocks int64) (parts, warpBlocks uint32) {
 	return 4, 1
 }
 
+// BLMClusterSplit returns the work split of a matrix of blocks blocks on a device with
+// thread-block clusters (CUDA sm_90; BLMParams.WithClusters): K split across the Clusters
+// threadgroups of a cluster as well as into Parts inside each, so that a threadgroup can keep
+// 8 blocks (which share its activation staging) and the grid still fills the multiprocessors.
+// By blocks: ≥ 4000 (the LM head) 1×2, 2 per cluster; ≥ 1100 (the MLP gate_up) 1×2, 4; ≥ 800
+// (GDN in_proj_qkvz, attention qkv) 2×2, 2; ≥ 500 1×2, 4; ≥ 64 (down, out_proj, o_proj,
+// in_proj_z) 1×2, 8; else (in_proj_ab: 6 blocks) 4×1, 8. Chosen from every split × cluster size
+// 1, 2, 4, 8 at 1 and 8 rows on the H200 (docs/performance.md §3.3e: the split best at 8 rows
+// that is also within 5 % of the best at 1 row). Like BLMSplit it depends on the shape only.
+func BLMClusterSplit(blocks int64) (parts, warpBlocks, clusters uint32) {
+	switch {
+	case blocks >= 4000:
+		return 1, 2, 2
+	case blocks >= 1100:
+		return 1, 2, 4
+	case blocks >= 800:
+		return 2, 2, 2
+	case blocks >= 500:
+		return 1, 2, 4
+	case blocks >= 64:
+		return 1, 2, 8
+	}
+	return 4, 1, 8
+}
+
+// WithClusters returns p with the work split of BLMClusterSplit: for a device that launches
+// thread-block clusters (the record's ClusterDims); Metal takes NewBLMParams' split as it is.
+func (p BLMParams) WithClusters() BLMParams {
+	p.Parts, p.WarpBlocks, p.Clusters = BLMClusterSplit(int64(p.Blocks))
+	return p
+}
+
 // BLMParams: the BLM matrix × rows product (docs/blm.md §6; runtime/backend/cpu.Packed):
 // y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, over the packed bytes w of
 // docs/blm.md §2/§5 (geometry fields as blm.Geometry: Lanes, UnitWords = U/16, Stripe = W,
@@ -179,13 +211,25 @@ type BLMParams struct {
 	Epilogue   uint32
 	Parts      uint32 // K split into this many parts per threadgroup: 1, 2 or 4
 	WarpBlocks uint32 // blocks per simdgroup: 1 or 2 (≤ BLMMaxWarpBlocks)
+	// Clusters: threadgroups of a thread-block cluster (CUDA sm_90) that split K between them
+	// for the same blocks, Parts parts each, and add their partial sums in rank order through
+	// distributed shared memory; launched with cluster dimensions (Clusters, 1, 1). 1 = no
+	// cluster, the only value Metal takes (1 to BLMMaxClusters).
+	Clusters uint32
 }
 
-// Grid is ⌈Blocks / BLMGroupBlocks(Parts, WarpBlocks)⌉ threadgroups.
+// BLMMaxClusters is the largest BLMParams.Clusters: the portable cluster size of CUDA.
+const BLMMaxClusters = 8
+
+// Grid is ⌈Blocks / BLMGroupBlocks(Parts, WarpBlocks)⌉ · Clusters threadgroups; cluster c is
+// threadgroups c·Clusters … c·Clusters + Clusters − 1.
 func (p BLMParams) Grid() [3]uint32 {
 	per := BLMGroupBlocks(p.Parts, p.WarpBlocks)
-	return [3]uint32{(p.Blocks + per - 1) / per, 1, 1}
+	return [3]uint32{(p.Blocks + per - 1) / per * p.Clusters, 1, 1}
 }
+
+// ClusterDims is the thread-block cluster shape of the launch: (Clusters, 1, 1).
+func (p BLMParams) ClusterDims() [3]uint32 { return [3]uint32{p.Clusters, 1, 1} }
 
 // NewBLMParams returns the record of matrix g for rows activation rows (fixed; set RowsWord for
 // a dynamic count), contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word,
@@ -209,6 +253,7 @@ func NewBLMParams(g blm.Geometry, rows int, epilogue uint32) (BLMParams, error) 
 		Payload: uint32(g.PayloadBytes), Group: uint32(g.GroupSize), Blocks: uint32(g.Blocks),
 		LdX: uint32(g.K), LdY: uint32(g.N), Epilogue: epilogue}
 	p.Parts, p.WarpBlocks = BLMSplit(g.Blocks)
+	p.Clusters = 1
 	if epilogue == EpiSwiGLU {
 		if g.N%16 != 0 {
 			return BLMParams{}, fmt.Errorf("kernels: SwiGLU epilogue over %d rows: want whole blocks of 8 gate + 8 up rows", g.N)

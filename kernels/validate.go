@@ -228,7 +228,7 @@ func (p RopeScaledParams) Validate() error {
 // Lanes 2, 4, 8, 16 or 32 (blm.Geometry); Stripe·Lanes ≥ K; Payload ≤ 16·UnitWords; Blocks =
 // ⌈N/16⌉; the matrix, 16·Blocks·Lanes·16·UnitWords bytes, < 4 GiB; Epilogue EpiStore, EpiAdd
 // or EpiSwiGLU (N a multiple of 16 for SwiGLU); Parts a power of two dividing BLMThreads/32;
-// WarpBlocks in [1, BLMMaxWarpBlocks]; x ([Rows, LdX], K values) and y ([Rows, LdY], N or N/2
+// WarpBlocks in [1, BLMMaxWarpBlocks]; Clusters in [1, BLMMaxClusters]; x ([Rows, LdX], K values) and y ([Rows, LdY], N or N/2
 // values) within 32-bit offsets, y's rows apart. Records from NewBLMParams pass.
 func (p BLMParams) Validate() error {
 	c := vcheck{rec: "BLMParams"}
@@ -274,7 +274,10 @@ func (p BLMParams) Validate() error {
 	c.span("LdX", uint64(p.Rows), uint64(p.LdX), uint64(p.K), "(Rows−1)·LdX + K")
 	c.span("LdY", uint64(p.Rows), uint64(p.LdY), out, "(Rows−1)·LdY + outputs")
 	c.apart("LdY", p.Rows, uint64(p.LdY), out, "the outputs per row")
-	if p.Parts != 0 && p.Parts <= BLMThreads/32 && p.WarpBlocks != 0 {
+	if p.Clusters < 1 || p.Clusters > BLMMaxClusters {
+		c.failf("Clusters", "is %d, want 1 to %d (BLMMaxClusters: threadgroups per cluster splitting K)", p.Clusters, BLMMaxClusters)
+	}
+	if p.Parts != 0 && p.Parts <= BLMThreads/32 && p.WarpBlocks != 0 && p.Clusters >= 1 && p.Clusters <= BLMMaxClusters {
 		c.grid(p.Grid(), [3]string{"Blocks", "", ""})
 	}
 	return c.err()

@@ -226,6 +226,9 @@ func TestValidateRules(t *testing.T) {
 		{"blm swiglu n", mut(bl, func(p *BLMParams) { p.N, p.Blocks = 4088, 256 }), "BLMParams.N: is 4088 with the SwiGLU epilogue"},
 		{"blm epilogue", mut(bl, func(p *BLMParams) { p.Epilogue = 3 }), "BLMParams.Epilogue"},
 		{"blm parts 3", mut(bl, func(p *BLMParams) { p.Parts = 3 }), "BLMParams.Parts: is 3"},
+		{"blm clusters 0", mut(bl, func(p *BLMParams) { p.Clusters = 0 }), "BLMParams.Clusters: is 0, want 1 to 8"},
+		{"blm clusters 9", mut(bl, func(p *BLMParams) { p.Clusters = 9 }), "BLMParams.Clusters: is 9, want 1 to 8"},
+		{"blm cluster split ok", bl.WithClusters(), ""},
 		{"blm parts 8", mut(bl, func(p *BLMParams) { p.Parts = 8 }), "BLMParams.Parts: is 8"},
 		{"blm parts 0", mut(bl, func(p *BLMParams) { p.Parts = 0 }), "BLMParams.Parts: is 0"},
 		{"blm warp blocks 3", mut(bl, func(p *BLMParams) { p.WarpBlocks = 3 }), "BLMParams.WarpBlocks: is 3"},
@@ -373,5 +376,51 @@ func TestErrorWordFollowsDone(t *testing.T) {
 	p, _ := stepWords(t, 8)
 	if p.WError != p.WDone+1 {
 		t.Fatalf("StepState: Error is word %d, Done word %d: the guards write ctl[DoneWord + 1]", p.WError, p.WDone)
+	}
+}
+
+// TestBLMClusterSplit pins the cluster work split measured on the H200 for the 27B's matrices
+// (docs/performance.md §3.3e) and checks that each record it makes validates, with a grid of
+// whole clusters.
+func TestBLMClusterSplit(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		n, k   int64
+		f      formats.Format
+		split  [3]uint32
+		groups uint32
+	}{
+		{"lm_head", 248320, 5120, formats.NVFP4, [3]uint32{1, 2, 2}, 1940},
+		{"gate_up", 34816, 5120, formats.NVFP4, [3]uint32{1, 2, 4}, 272},
+		{"in_proj_qkvz", 16384, 5120, formats.FP8, [3]uint32{2, 2, 2}, 256},
+		{"attention qkv", 14336, 5120, formats.FP8, [3]uint32{2, 2, 2}, 224},
+		{"in_proj_qkv", 10240, 5120, formats.FP8, [3]uint32{1, 2, 4}, 80},
+		{"down", 5120, 17408, formats.NVFP4, [3]uint32{1, 2, 8}, 40},
+		{"out_proj", 5120, 6144, formats.FP8, [3]uint32{1, 2, 8}, 40},
+		{"in_proj_ab", 96, 5120, formats.BF16, [3]uint32{4, 1, 8}, 6},
+	} {
+		g, err := blm.NewGeometry(blm.Spec{Format: c.f, N: c.n, K: c.k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rows := range []int{1, 8} {
+			p, err := NewBLMParams(g, rows, EpiStore)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Clusters != 1 {
+				t.Fatalf("%s: NewBLMParams gives Clusters %d, want 1 (Metal takes it as it is)", c.name, p.Clusters)
+			}
+			p = p.WithClusters()
+			if got := [3]uint32{p.Parts, p.WarpBlocks, p.Clusters}; got != c.split {
+				t.Errorf("%s (%d blocks), %d rows: split %v, want %v", c.name, g.Blocks, rows, got, c.split)
+			}
+			if err := p.Validate(); err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			if gr := p.Grid(); gr[0] != c.groups*p.Clusters || gr[0]%p.ClusterDims()[0] != 0 {
+				t.Errorf("%s: grid %v, want %d clusters of %d", c.name, gr, c.groups, p.Clusters)
+			}
+		}
 	}
 }

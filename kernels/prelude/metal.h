@@ -90,3 +90,6 @@ static inline void blm_cp_wait() {}
 #else
 #define BLM_MMA 0
 #endif
+// No thread-block clusters on Metal: BLMParams.Clusters must be 1 there (the CUDA prelude's
+// BLM_CLUSTER reduces a K split across threadgroups through distributed shared memory).
+#define BLM_CLUSTER 0

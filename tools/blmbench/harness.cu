@@ -81,9 +81,9 @@ int main(int argc, char** argv) {
     const char* dump = getenv("DUMP");
     while (fgets(line, sizeof line, f)) {
         char name[128], kname[128], mark[8];
-        int rows, parts, wb; unsigned gridx; long long wbytes, trows, nx, ny;
+        int rows, parts, wb, cl; unsigned gridx; long long wbytes, trows, nx, ny;
         int off = 0;
-        if (sscanf(line, "%127s %127s %d %d %d %7s %u %lld %lld %lld %lld%n", name, kname, &rows, &parts, &wb, mark, &gridx, &wbytes, &trows, &nx, &ny, &off) != 11) continue;
+        if (sscanf(line, "%127s %127s %d %d %d %d %7s %u %lld %lld %lld %lld%n", name, kname, &rows, &parts, &wb, &cl, mark, &gridx, &wbytes, &trows, &nx, &ny, &off) != 12) continue;
         std::vector<unsigned> rec; { char* q = line + off; char* e; for (;;) { unsigned long v = strtoul(q, &e, 10); if (e == q) break; rec.push_back((unsigned)v); q = e; } }
         while (rec.size() % 4) rec.push_back(0);
         const void* fn = nullptr;
@@ -111,7 +111,18 @@ int main(int argc, char** argv) {
         auto launch = [&](int c) {
             void* a[6]; const void* pc = ctl; const void* pp = prm; const void* pw = W[c]; const void* ps = S[c]; const void* px = x; void* py = y;
             a[0] = &pc; a[1] = &pp; a[2] = &pw; a[3] = &ps; a[4] = &px; a[5] = &py;
-            CK(cudaLaunchKernel(fn, dim3(gridx), dim3(128), a, dyn, s));
+            if (cl > 1) {
+                // K split across the threadgroups of a cluster (BLMParams.Clusters).
+                cudaLaunchConfig_t cfg = {};
+                cudaLaunchAttribute at[1];
+                at[0].id = cudaLaunchAttributeClusterDimension;
+                at[0].val.clusterDim.x = cl; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+                cfg.gridDim = dim3(gridx); cfg.blockDim = dim3(128); cfg.dynamicSmemBytes = dyn; cfg.stream = s;
+                cfg.attrs = at; cfg.numAttrs = 1;
+                CK(cudaLaunchKernelExC(&cfg, fn, a));
+            } else {
+                CK(cudaLaunchKernel(fn, dim3(gridx), dim3(128), a, dyn, s));
+            }
         };
         CK(cudaMemsetAsync(y, 0xFF, 4 * ny, s));
         launch(0);
@@ -119,7 +130,7 @@ int main(int argc, char** argv) {
         std::vector<float> hy(ny); CK(cudaMemcpy(hy.data(), y, 4 * ny, cudaMemcpyDeviceToHost));
         unsigned long long h = 1469598103934665603ULL;
         for (float v : hy) { unsigned u; memcpy(&u, &v, 4); for (int i = 0; i < 4; i++) { h ^= (u >> (8 * i)) & 255u; h *= 1099511628211ULL; } }
-        if (dump) { char p[512]; snprintf(p, sizeof p, "%s/%s-%s-r%d-p%dw%d.f32", dump, variant, name, rows, parts, wb); FILE* o = fopen(p, "wb"); if (o) { fwrite(hy.data(), 4, ny, o); fclose(o); } }
+        if (dump) { char p[512]; snprintf(p, sizeof p, "%s/%s-%s-r%d-p%dw%dc%d.f32", dump, variant, name, rows, parts, wb, cl); FILE* o = fopen(p, "wb"); if (o) { fwrite(hy.data(), 4, ny, o); fclose(o); } }
         cudaGraph_t g; cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
         for (int c = 0; c < copies; c++) launch(c);
@@ -131,8 +142,8 @@ int main(int argc, char** argv) {
             float ms; CK(cudaEventElapsedTime(&ms, ev[0], ev[1])); t.push_back(ms);
         }
         const double ms = median(t), gbs = copies * (double)per / (ms * 1e-3) / 1e9;
-        printf("%-8s %-14s rows %d parts %d wb %d%s grid %6u regs %3d smem %6d: %3d x %6.1f MB %8.1f us/matrix %6.0f GB/s = %.3f x floor  y#%016llx\n",
-               variant, name, rows, parts, wb, mark[0] == 'd' ? "d" : " ", gridx, fa.numRegs, (int)fa.sharedSizeBytes + dyn, copies, per / 1e6, ms * 1e3 / copies, gbs, gbs / floor_gbs, h);
+        printf("%-8s %-14s rows %d parts %d wb %d cl %d%s grid %6u regs %3d smem %6d: %3d x %6.1f MB %8.1f us/matrix %6.0f GB/s = %.3f x floor  y#%016llx\n",
+               variant, name, rows, parts, wb, cl, mark[0] == 'd' ? "d" : " ", gridx, fa.numRegs, (int)fa.sharedSizeBytes + dyn, copies, per / 1e6, ms * 1e3 / copies, gbs, gbs / floor_gbs, h);
         fflush(stdout);
         CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
         for (int c = 0; c < copies; c++) { CK(cudaFree(W[c])); CK(cudaFree(S[c])); }

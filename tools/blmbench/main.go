@@ -47,19 +47,35 @@ var shapes = []shape{
 	{"fp8-out", formats.FP8, 5120, 6144, kernels.EpiStore},
 	{"bf16-qkv", formats.BF16, 10240, 5120, kernels.EpiStore},
 	{"bf16-out", formats.BF16, 5120, 6144, kernels.EpiStore},
+	{"fp8-qkvz", formats.FP8, 16384, 5120, kernels.EpiStore},     // GDN in_proj_qkv and in_proj_z as one matrix
+	{"fp8-attn_qkv", formats.FP8, 14336, 5120, kernels.EpiStore}, // attention q (with its gate), k, v
+	{"bf16-ab", formats.BF16, 96, 5120, kernels.EpiStore},        // GDN in_proj_a and in_proj_b
 }
 
 func main() {
 	out := flag.String("o", "blmbench", "output directory")
 	splits := flag.Bool("splits", false, "also every other work split (1 and 8 rows)")
+	clusters := flag.String("clusters", "", "also these cluster sizes (comma-separated, e.g. 2,4,8: K split across the threadgroups of a cluster) for every split timed")
 	flag.Parse()
-	if err := write(*out, *splits); err != nil {
+	var cls []uint32
+	for _, f := range strings.Split(*clusters, ",") {
+		if f == "" {
+			continue
+		}
+		var c uint32
+		if _, err := fmt.Sscan(f, &c); err != nil || c < 1 || c > kernels.BLMMaxClusters {
+			fmt.Fprintf(os.Stderr, "blmbench: -clusters %q: want sizes 1 to %d\n", f, kernels.BLMMaxClusters)
+			os.Exit(2)
+		}
+		cls = append(cls, c)
+	}
+	if err := write(*out, *splits, cls); err != nil {
 		fmt.Fprintln(os.Stderr, "blmbench:", err)
 		os.Exit(1)
 	}
 }
 
-func write(dir string, allSplits bool) error {
+func write(dir string, allSplits bool, clusters []uint32) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -80,24 +96,31 @@ func write(dir string, allSplits bool) error {
 				return err
 			}
 			names[kname] = true
-			splits := [][2]uint32{{p0.Parts, p0.WarpBlocks}}
+			splits := [][3]uint32{{p0.Parts, p0.WarpBlocks, p0.Clusters}}
 			if allSplits {
-				for _, sp := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}} {
+				for _, sp := range [][3]uint32{{1, 2, 1}, {2, 2, 1}, {4, 2, 1}, {4, 1, 1}, {2, 1, 1}} {
 					if sp != splits[0] {
 						splits = append(splits, sp)
 					}
 				}
 			}
+			for _, sp := range splits[:len(splits):len(splits)] {
+				for _, c := range clusters {
+					if c != sp[2] {
+						splits = append(splits, [3]uint32{sp[0], sp[1], c})
+					}
+				}
+			}
 			for i, sp := range splits {
 				p := p0
-				p.Parts, p.WarpBlocks = sp[0], sp[1]
+				p.Parts, p.WarpBlocks, p.Clusters = sp[0], sp[1], sp[2]
 				mark := ""
 				if i == 0 {
 					mark = "d"
 				}
 				ny := int64(p.LdY)
-				// name kernel rows parts wb mark grid weight_bytes table_rows x_floats y_floats record...
-				fmt.Fprintf(&cases, "%s %s %d %d %d %s %d %d %d %d %d", sh.name, kname, rows, p.Parts, p.WarpBlocks, orDash(mark),
+				// name kernel rows parts wb clusters mark grid weight_bytes table_rows x_floats y_floats record...
+				fmt.Fprintf(&cases, "%s %s %d %d %d %d %s %d %d %d %d %d", sh.name, kname, rows, p.Parts, p.WarpBlocks, p.Clusters, orDash(mark),
 					p.Grid()[0], g.TotalBytes, g.Blocks*int64(g.Rows), int64(rows)*g.K, int64(rows)*ny)
 				rec := kernels.Record(p)
 				for i := 0; i+4 <= len(rec); i += 4 {

@@ -11,10 +11,11 @@ import (
 )
 
 // TestWrite: every case line names a kernel of the table, carries the record NewBLMParams
-// built (16 words: the BLMParams fields, padded), and its grid is the record's Grid().
+// built (20 words: the BLMParams fields, padded), and its grid is the record's Grid(); with
+// -clusters every split is also written with each cluster size.
 func TestWrite(t *testing.T) {
 	dir := t.TempDir()
-	if err := write(dir, true); err != nil {
+	if err := write(dir, true, []uint32{4}); err != nil {
 		t.Fatal(err)
 	}
 	table, err := os.ReadFile(filepath.Join(dir, "kernel_table.inc"))
@@ -26,13 +27,13 @@ func TestWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(cases)), "\n")
-	if want := len(shapes) * (5 + 5); len(lines) != want {
-		t.Fatalf("%d cases, want %d (each shape: 1 and 8 rows × 5 splits)", len(lines), want)
+	if want := len(shapes) * 2 * 5 * 2; len(lines) != want {
+		t.Fatalf("%d cases, want %d (each shape: 1 and 8 rows × 5 splits × clusters 1 and 4)", len(lines), want)
 	}
 	for _, l := range lines {
 		f := strings.Fields(l)
-		if len(f) != 11+16 {
-			t.Fatalf("case %q: %d fields, want 27", l, len(f))
+		if len(f) != 12+20 {
+			t.Fatalf("case %q: %d fields, want 32", l, len(f))
 		}
 		if !strings.Contains(string(table), "lk::"+f[1]+"}") {
 			t.Fatalf("case %q: kernel %s not in the table", l, f[1])
@@ -41,17 +42,17 @@ func TestWrite(t *testing.T) {
 			t.Fatalf("case %q: no kernel %s", l, f[1])
 		}
 		w := func(i int) uint32 {
-			v, err := strconv.ParseUint(f[11+i], 10, 32)
+			v, err := strconv.ParseUint(f[12+i], 10, 32)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return uint32(v)
 		}
-		p := kernels.BLMParams{Blocks: w(10), Parts: w(14), WarpBlocks: w(15)}
-		if got := strconv.Itoa(int(p.Grid()[0])); got != f[6] {
-			t.Fatalf("case %q: grid %s, the record's Grid() is %s", l, f[6], got)
+		p := kernels.BLMParams{Blocks: w(10), Parts: w(14), WarpBlocks: w(15), Clusters: w(16)}
+		if got := strconv.Itoa(int(p.Grid()[0])); got != f[7] {
+			t.Fatalf("case %q: grid %s, the record's Grid() is %s", l, f[7], got)
 		}
-		if f[3] != strconv.Itoa(int(p.Parts)) || f[4] != strconv.Itoa(int(p.WarpBlocks)) || f[2] != strconv.Itoa(int(w(1))) {
+		if f[3] != strconv.Itoa(int(p.Parts)) || f[4] != strconv.Itoa(int(p.WarpBlocks)) || f[5] != strconv.Itoa(int(p.Clusters)) || f[2] != strconv.Itoa(int(w(1))) {
 			t.Fatalf("case %q: parts/blocks/rows columns disagree with the record", l)
 		}
 	}
