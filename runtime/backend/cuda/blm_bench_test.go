@@ -19,8 +19,9 @@ import (
 // 1 and 8 rows and every K split (kernels.BLMParams.Parts), against the read bandwidth measured
 // in the same run; and their correctness for each K split and row count (TestBLMParts).
 
-// TestBLMParts: every work split (K in Parts 1, 2, 4; 1 or 2 blocks per simdgroup) of each
-// format against the CPU backend (tolerance as TestOpBLM), and the tensor-core path's row invariance: row 0 of an 8-row launch equals the
+// TestBLMParts: every work split (K in Parts 1, 2, 4; 1 or 2 blocks per simdgroup; and, where
+// the device launches thread-block clusters, K also split across 2, 4 or 8 threadgroups of a
+// cluster) of each format against the CPU backend (tolerance as TestOpBLM), and the tensor-core path's row invariance: row 0 of an 8-row launch equals the
 // 1-row launch of the r1 kernel bit for bit (a verify pass and a decode step agree exactly).
 func TestBLMParts(t *testing.T) {
 	e := newOpEnv(t, 31)
@@ -42,9 +43,13 @@ func TestBLMParts(t *testing.T) {
 		x := e.randn(8*k, 1)
 		bx := e.f32(x)
 		want, tol := m.ref(t, all, x, 8)
-		for _, split := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}, {1, 1}} {
-			parts, wb := split[0], split[1]
-			name := fmt.Sprintf("%s_%dx%d_L%d/parts%d_wb%d", m.g.Format, n, k, m.g.Lanes, parts, wb)
+		splits := [][3]uint32{{1, 2, 1}, {2, 2, 1}, {4, 2, 1}, {4, 1, 1}, {2, 1, 1}, {1, 1, 1}}
+		if ch := e.clusterChoices(); ch[len(ch)-1] {
+			splits = append(splits, [][3]uint32{{1, 2, 2}, {1, 2, 4}, {1, 2, 8}, {2, 2, 2}, {4, 1, 8}, {4, 2, 8}}...)
+		}
+		for _, split := range splits {
+			parts, wb, cl := split[0], split[1], split[2]
+			name := fmt.Sprintf("%s_%dx%d_L%d/parts%d_wb%d_cl%d", m.g.Format, n, k, m.g.Lanes, parts, wb, cl)
 			t.Run(name, func(t *testing.T) {
 				e.t = t
 				var row0 []float32
@@ -54,7 +59,7 @@ func TestBLMParts(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					rec.Parts, rec.WarpBlocks = parts, wb
+					rec.Parts, rec.WarpBlocks, rec.Clusters = parts, wb, cl
 					by := e.poisoned(rows * n)
 					e.run(kname, rec, rec.Grid(), bw, bs, bx, by)
 					got := e.read(by, rows*n)

@@ -69,7 +69,7 @@ var drv struct {
 	cuCtxSetCurrent, cuMemGetInfo, cuMemAlloc, cuMemFree, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync,
 	cuMemcpyDtoDAsync, cuMemsetD32Async, cuMemsetD8Async, cuMemHostAlloc, cuMemFreeHost,
 	cuMemHostGetDevicePointer, cuModuleLoadData, cuModuleUnload, cuModuleGetFunction,
-	cuFuncSetAttribute, cuFuncGetAttribute, cuLaunchKernel, cuStreamCreate, cuStreamDestroy,
+	cuFuncSetAttribute, cuFuncGetAttribute, cuLaunchKernel, cuLaunchKernelEx, cuStreamCreate, cuStreamDestroy,
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventQuery, cuEventElapsedTime,
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch,
 	cuGraphExecDestroy, cuGraphDestroy, cuGraphGetNodes, cuGetErrorName, cuGetErrorString fn
@@ -156,6 +156,11 @@ func loadDriverFrom(path string) error {
 		if e.dst.addr == 0 {
 			missing = append(missing, e.names[0])
 		}
+	}
+	// Optional: cuLaunchKernelEx (CUDA 12: thread-block clusters); without it the BLM kernels
+	// keep their cluster-free work split (queue.MaxCluster is 0).
+	if a, err := purego.Dlsym(h, "cuLaunchKernelEx"); err == nil && a != 0 {
+		drv.cuLaunchKernelEx = fn{name: "cuLaunchKernelEx", addr: a}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("cuda: %s lacks %s: the NVIDIA driver is too old (lithos needs CUDA %d.%d or newer)",

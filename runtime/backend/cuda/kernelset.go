@@ -91,6 +91,18 @@ func (ks *Kernels) Function(name string) (*Function, kernels.Kernel, bool) {
 // Errors name the kernel and the rule broken (unknown kernel, wrong buffer count, an empty
 // grid, a null address).
 func (ks *Kernels) Launch(s *Stream, name string, grid [3]uint32, ctl, prm uint64, bufs ...uint64) error {
+	return ks.launch(s, name, grid, [3]uint32{}, ctl, prm, bufs)
+}
+
+// LaunchCluster is Launch in thread-block clusters of cluster threadgroups (Function.LaunchCluster).
+func (ks *Kernels) LaunchCluster(s *Stream, name string, grid, cluster [3]uint32, ctl, prm uint64, bufs ...uint64) error {
+	if cluster[0] == 0 || cluster[1] == 0 || cluster[2] == 0 {
+		return fmt.Errorf("cuda: kernel %s: empty cluster %v", name, cluster)
+	}
+	return ks.launch(s, name, grid, cluster, ctl, prm, bufs)
+}
+
+func (ks *Kernels) launch(s *Stream, name string, grid, cluster [3]uint32, ctl, prm uint64, bufs []uint64) error {
 	e, ok := ks.fns[name]
 	if !ok {
 		return fmt.Errorf("cuda: no kernel %s in the module", name)
@@ -111,6 +123,9 @@ func (ks *Kernels) Launch(s *Stream, name string, grid [3]uint32, ctl, prm uint6
 			return fmt.Errorf("cuda: kernel %s: buffer %s is null", name, e.k.Buffers[i].Name)
 		}
 		args = append(args, b)
+	}
+	if cluster != ([3]uint32{}) {
+		return e.f.LaunchCluster(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), Dim3{cluster[0], cluster[1], cluster[2]}, e.k.Shared, args...)
 	}
 	return e.f.Launch(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), e.k.Shared, args...)
 }

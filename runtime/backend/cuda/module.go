@@ -120,6 +120,47 @@ func (m *Module) Unload() error {
 // value: its bytes, at most 8-byte aligned). The driver copies the values at the call (and
 // at capture), so args may change afterwards. Errors name the kernel.
 func (f *Function) Launch(s *Stream, grid, block Dim3, shared int, args ...any) error {
+	return f.launch(s, grid, block, Dim3{}, shared, args)
+}
+
+// LaunchCluster is Launch with thread-block clusters of cluster blocks (sm_90; each grid
+// dimension a multiple of cluster's), through cuLaunchKernelEx. Errors: a driver without
+// cuLaunchKernelEx, the driver's refusal (a cluster too large for the kernel's resources).
+func (f *Function) LaunchCluster(s *Stream, grid, block, cluster Dim3, shared int, args ...any) error {
+	if drv.cuLaunchKernelEx.addr == 0 {
+		return fmt.Errorf("cuda: launch %s with clusters %v: the driver has no cuLaunchKernelEx (CUDA 12 or newer)", f.Name, cluster)
+	}
+	if cluster.X == 0 || cluster.Y == 0 || cluster.Z == 0 || grid.X%cluster.X != 0 || grid.Y%cluster.Y != 0 || grid.Z%cluster.Z != 0 {
+		return fmt.Errorf("cuda: launch %s: grid %v is not whole clusters of %v", f.Name, grid, cluster)
+	}
+	return f.launch(s, grid, block, cluster, shared, args)
+}
+
+// launchConfig is cuda.h's CUlaunchConfig (64-bit layout: 56 bytes) and launchAttr its
+// CUlaunchAttribute (72 bytes: the id, padding, a 64-byte value union).
+type launchConfig struct {
+	gridX, gridY, gridZ    uint32
+	blockX, blockY, blockZ uint32
+	shared                 uint32
+	_                      uint32
+	stream                 uintptr
+	attrs                  uintptr
+	numAttrs               uint32
+	_                      uint32
+}
+
+type launchAttr struct {
+	id  uint32
+	_   uint32
+	val [16]uint32
+}
+
+// attrClusterDimension is CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (value: x, y, z).
+const attrClusterDimension = 4
+
+// launch marshals args (see Launch) and queues f: cuLaunchKernel, or cuLaunchKernelEx with
+// the cluster dimension attribute when cluster is not zero.
+func (f *Function) launch(s *Stream, grid, block, cluster Dim3, shared int, args []any) error {
 	// Each argument gets 8-byte-aligned slots in one arena; kernelParams is an array of
 	// pointers into it (Go memory handed to the driver for the call: pinned).
 	words := 1
@@ -177,13 +218,31 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, shared int, args ...any) 
 	if len(args) > 0 {
 		params = uintptr(unsafe.Pointer(&ptrs[0]))
 	}
-	err := f.d.do(func() error {
-		return call(drv.cuLaunchKernel, f.h, uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
-			uintptr(block.X), uintptr(block.Y), uintptr(block.Z), uintptr(shared), s.h, params, 0)
-	})
+	var err error
+	if cluster == (Dim3{}) {
+		err = f.d.do(func() error {
+			return call(drv.cuLaunchKernel, f.h, uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
+				uintptr(block.X), uintptr(block.Y), uintptr(block.Z), uintptr(shared), s.h, params, 0)
+		})
+	} else {
+		at := &launchAttr{id: attrClusterDimension}
+		at.val[0], at.val[1], at.val[2] = cluster.X, cluster.Y, cluster.Z
+		pin.Pin(at)
+		cfg := &launchConfig{gridX: grid.X, gridY: grid.Y, gridZ: grid.Z, blockX: block.X, blockY: block.Y, blockZ: block.Z,
+			shared: uint32(shared), stream: s.h, attrs: uintptr(unsafe.Pointer(at)), numAttrs: 1}
+		pin.Pin(cfg)
+		err = f.d.do(func() error {
+			return call(drv.cuLaunchKernelEx, uintptr(unsafe.Pointer(cfg)), f.h, params, 0)
+		})
+		runtime.KeepAlive(at)
+		runtime.KeepAlive(cfg)
+	}
 	runtime.KeepAlive(ptrs)
 	runtime.KeepAlive(vals)
 	if err != nil {
+		if cluster != (Dim3{}) {
+			return fmt.Errorf("cuda: launch %s (grid %v, block %v, clusters %v, %d B shared): %w", f.Name, grid, block, cluster, shared, err)
+		}
 		return fmt.Errorf("cuda: launch %s (grid %v, block %v, %d B shared): %w", f.Name, grid, block, shared, err)
 	}
 	return nil

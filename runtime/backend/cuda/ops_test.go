@@ -151,7 +151,13 @@ func (e *opEnv) run(name string, rec any, grid [3]uint32, bufs ...*Buffer) {
 	for i, b := range bufs {
 		addrs[i] = b.Ptr
 	}
-	if err := e.ks.Launch(e.s, name, grid, e.ctl.Ptr, prm.Ptr, addrs...); err != nil {
+	var err error
+	if c, ok := rec.(interface{ ClusterDims() [3]uint32 }); ok && c.ClusterDims()[0] > 1 {
+		err = e.ks.LaunchCluster(e.s, name, grid, c.ClusterDims(), e.ctl.Ptr, prm.Ptr, addrs...)
+	} else {
+		err = e.ks.Launch(e.s, name, grid, e.ctl.Ptr, prm.Ptr, addrs...)
+	}
+	if err != nil {
 		e.t.Fatal(err)
 	}
 	if err := e.s.Wait(0); err != nil {
@@ -165,6 +171,15 @@ func (e *opEnv) randn(n int, scale float64) []float32 {
 		x[i] = float32(e.r.NormFloat64() * scale)
 	}
 	return x
+}
+
+// clusterChoices is {false} on a device (or the emulator) that launches no thread-block
+// clusters, else {false, true}: the BLM tests run each case also with BLMParams.WithClusters.
+func (e *opEnv) clusterChoices() []bool {
+	if emu != nil || drv.cuLaunchKernelEx.addr == 0 || e.d.Info.Major < 9 {
+		return []bool{false}
+	}
+	return []bool{false, true}
 }
 
 func isPoison(v float32) bool { return math.Float32bits(v) == poison }
@@ -496,65 +511,70 @@ func TestOpBLM(t *testing.T) {
 				if n%16 == 0 {
 					epis = append(epis, kernels.EpiSwiGLU)
 				}
-				for _, epi := range epis {
-					name := fmt.Sprintf("%s_%dx%d_L%d/r%d-of-%d/epi%d", m.g.Format, n, k, m.g.Lanes, rows, variant, epi)
-					t.Run(name, func(t *testing.T) {
-						e.t = t
-						kname, err := kernels.BLMKernel(m.g.Format, variant)
-						if err != nil {
-							t.Fatal(err)
-						}
-						rec, err := kernels.NewBLMParams(m.g, rows, epi)
-						if err != nil {
-							t.Fatal(err)
-						}
-						rec.Rows = uint32(rows)
-						x := e.randn(rows*k, 1)
-						outN := n
-						if epi == kernels.EpiSwiGLU {
-							outN = n / 2
-						}
-						var y0 []float32
-						by := e.poisoned(rows * outN)
-						if epi == kernels.EpiAdd {
-							y0 = e.randn(rows*outN, 5)
-							by = e.f32(y0)
-						}
-						e.run(kname, rec, rec.Grid(), bw, bs, e.f32(x), by)
-						got := e.read(by, rows*outN)
-						var want, tol []float64
-						switch epi {
-						case kernels.EpiStore:
-							want, tol = m.ref(t, all, x, rows)
-						case kernels.EpiAdd:
-							want, tol = m.ref(t, all, x, rows)
-							for i := range want {
-								want[i] = float64(float32(want[i]) + y0[i])
-								tol[i] += 2 * 0x1p-24 * math.Abs(want[i])
+				for _, ce := range e.clusterChoices() {
+					for _, epi := range epis {
+						name := fmt.Sprintf("%s_%dx%d_L%d/r%d-of-%d/epi%d%s", m.g.Format, n, k, m.g.Lanes, rows, variant, epi, map[bool]string{true: "/clusters"}[ce])
+						t.Run(name, func(t *testing.T) {
+							e.t = t
+							kname, err := kernels.BLMKernel(m.g.Format, variant)
+							if err != nil {
+								t.Fatal(err)
 							}
-						case kernels.EpiSwiGLU:
-							var gr, ur []int32
-							for b := 0; b < n/16; b++ {
-								for i := 0; i < 8; i++ {
-									gr = append(gr, int32(16*b+i))
-									ur = append(ur, int32(16*b+8+i))
+							rec, err := kernels.NewBLMParams(m.g, rows, epi)
+							if err != nil {
+								t.Fatal(err)
+							}
+							rec.Rows = uint32(rows)
+							if ce {
+								rec = rec.WithClusters()
+							}
+							x := e.randn(rows*k, 1)
+							outN := n
+							if epi == kernels.EpiSwiGLU {
+								outN = n / 2
+							}
+							var y0 []float32
+							by := e.poisoned(rows * outN)
+							if epi == kernels.EpiAdd {
+								y0 = e.randn(rows*outN, 5)
+								by = e.f32(y0)
+							}
+							e.run(kname, rec, rec.Grid(), bw, bs, e.f32(x), by)
+							got := e.read(by, rows*outN)
+							var want, tol []float64
+							switch epi {
+							case kernels.EpiStore:
+								want, tol = m.ref(t, all, x, rows)
+							case kernels.EpiAdd:
+								want, tol = m.ref(t, all, x, rows)
+								for i := range want {
+									want[i] = float64(float32(want[i]) + y0[i])
+									tol[i] += 2 * 0x1p-24 * math.Abs(want[i])
+								}
+							case kernels.EpiSwiGLU:
+								var gr, ur []int32
+								for b := 0; b < n/16; b++ {
+									for i := 0; i < 8; i++ {
+										gr = append(gr, int32(16*b+i))
+										ur = append(ur, int32(16*b+8+i))
+									}
+								}
+								gw, gt := m.ref(t, gr, x, rows)
+								uw, ut := m.ref(t, ur, x, rows)
+								want, tol = make([]float64, len(gw)), make([]float64, len(gw))
+								for i := range gw {
+									sg := model.SiLU(float32(gw[i]))
+									want[i] = float64(sg * float32(uw[i]))
+									tol[i] = 1.1*gt[i]*math.Abs(uw[i]) + math.Abs(float64(sg))*ut[i] + 4*0x1p-24*math.Abs(want[i]) + 1e-30
 								}
 							}
-							gw, gt := m.ref(t, gr, x, rows)
-							uw, ut := m.ref(t, ur, x, rows)
-							want, tol = make([]float64, len(gw)), make([]float64, len(gw))
-							for i := range gw {
-								sg := model.SiLU(float32(gw[i]))
-								want[i] = float64(sg * float32(uw[i]))
-								tol[i] = 1.1*gt[i]*math.Abs(uw[i]) + math.Abs(float64(sg))*ut[i] + 4*0x1p-24*math.Abs(want[i]) + 1e-30
+							wf := make([]float32, len(want))
+							for i, v := range want {
+								wf[i] = float32(v)
 							}
-						}
-						wf := make([]float32, len(want))
-						for i, v := range want {
-							wf[i] = float32(v)
-						}
-						check(t, "y", got, wf, func(i int) float64 { return tol[i] })
-					})
+							check(t, "y", got, wf, func(i int) float64 { return tol[i] })
+						})
+					}
 				}
 			}
 		}

@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
+	"lithos/kernels"
 	"lithos/runtime/backend/gpu"
 
 	"golang.org/x/sys/unix"
@@ -60,7 +62,11 @@ func (r *runtimeDevice) NewQueue() (gpu.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &queue{s: s, ks: r.ks}, nil
+	q := &queue{s: s, ks: r.ks}
+	if r.d.Info.Major >= 9 && drv.cuLaunchKernelEx.addr != 0 && emu == nil && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0" {
+		q.maxCluster = kernels.BLMMaxClusters
+	}
+	return q, nil
 }
 
 // ReadBandwidthGBs is the median of 5 reads of 4 GiB (many times the L2) with the device-check
@@ -75,10 +81,22 @@ func (r *runtimeDevice) ReadBandwidthGBs() (float64, error) {
 
 func (r *runtimeDevice) Close() error { return errors.Join(r.ks.Unload(), r.d.Close()) }
 
-// queue is gpu.Queue over a stream.
+// queue is gpu.Queue over a stream, and gpu.ClusterQueue: on sm_90 and newer (with the
+// driver's cuLaunchKernelEx; not in the emulator, whose kernels are the Metal source) it
+// launches clusters of up to kernels.BLMMaxClusters threadgroups, so the BLM products split K
+// across a cluster (docs/performance.md §3.3e). LITHOS_CUDA_CLUSTERS=0 turns that off (A/B runs).
 type queue struct {
-	s  *Stream
-	ks *Kernels
+	s          *Stream
+	ks         *Kernels
+	maxCluster int
+}
+
+func (q *queue) MaxCluster() int { return q.maxCluster }
+func (q *queue) LaunchCluster(kernel string, grid, cluster [3]uint32, ctl, prm uint64, bufs ...uint64) error {
+	if q.maxCluster == 0 {
+		return fmt.Errorf("cuda: kernel %s: this device or driver does not launch thread-block clusters", kernel)
+	}
+	return q.ks.LaunchCluster(q.s, kernel, grid, cluster, ctl, prm, bufs...)
 }
 
 func (q *queue) Launch(kernel string, grid [3]uint32, ctl, prm uint64, bufs ...uint64) error {

@@ -88,6 +88,19 @@ type Queue interface {
 	Close() error
 }
 
+// ClusterQueue is a Queue that also launches thread-block clusters (CUDA sm_90): the BLM
+// matrix kernels then split K across the threadgroups of a cluster (kernels.BLMParams
+// WithClusters, ClusterDims). Optional: a Session uses it when its queue implements it and
+// MaxCluster is at least kernels.BLMMaxClusters.
+type ClusterQueue interface {
+	Queue
+	// MaxCluster is the largest cluster (threadgroups) the device launches; 0 when it has none.
+	MaxCluster() int
+	// LaunchCluster is Launch with cluster dimensions cluster (in threadgroups; each of grid's
+	// dimensions a multiple of cluster's); it may be recorded like Launch.
+	LaunchCluster(kernel string, grid, cluster [3]uint32, ctl, prm uint64, bufs ...uint64) error
+}
+
 // Replay is recorded work (Queue.Record), queued again by Launch with every launch's
 // addresses and records as they were recorded (values that change per step are read by the
 // kernels from the step-state words).

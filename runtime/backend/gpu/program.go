@@ -75,11 +75,12 @@ func newStepWords(tmax int) (stepWords, error) {
 
 // launch is one kernel launch of a program: its record is at rec in the program's arena.
 type launch struct {
-	name string
-	grid [3]uint32
-	rec  int64
-	bufs []uint64
-	what string // "layer 3 (full_attention): o_proj", for errors
+	name    string
+	grid    [3]uint32
+	cluster [3]uint32 // thread-block cluster dimensions (ClusterQueue); zero: a plain launch
+	rec     int64
+	bufs    []uint64
+	what    string // "layer 3 (full_attention): o_proj", for errors
 }
 
 // program is one recorded step: its launches, their records (uploaded once) and, after the
@@ -117,7 +118,13 @@ func (b *builder) add(name string, rec any, grid [3]uint32, bufs ...uint64) {
 		b.err = fmt.Errorf("%s: program %s: %s: %s: %w", b.pfx, b.p.name, b.what, name, err)
 		return
 	}
-	b.p.launches = append(b.p.launches, launch{name: name, grid: grid, rec: b.p.recs.Add(rec), bufs: bufs, what: b.what})
+	l := launch{name: name, grid: grid, rec: b.p.recs.Add(rec), bufs: bufs, what: b.what}
+	if c, ok := rec.(interface{ ClusterDims() [3]uint32 }); ok {
+		if d := c.ClusterDims(); d[0]*d[1]*d[2] > 1 {
+			l.cluster = d
+		}
+	}
+	b.p.launches = append(b.p.launches, l)
 }
 
 // validate calls rec's Validate method when it has one (on the value, or on a pointer to a
@@ -345,6 +352,9 @@ func (e *emitter) mm(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uint
 	if err != nil {
 		e.b.err = fmt.Errorf("%s: %w", m.Name, err)
 		return
+	}
+	if e.s.clusters {
+		r = r.WithClusters()
 	}
 	r.DoneWord, r.RowsWord = e.done, rowsWord
 	if ldx > 0 {
@@ -795,7 +805,17 @@ func (s *Session) buildRound() (*program, error) {
 // enqueue queues the program's launches on the session queue (directly, or into a recording).
 func (s *Session) enqueue(p *program) error {
 	for _, l := range p.launches {
-		if err := s.s.Launch(l.name, l.grid, s.ctl.Ptr, p.recs.At(l.rec), l.bufs...); err != nil {
+		var err error
+		if l.cluster != ([3]uint32{}) {
+			cq, ok := s.s.(ClusterQueue)
+			if !ok {
+				return fmt.Errorf("%s: %s: %s needs thread-block clusters, which this queue does not launch", p.name, l.what, l.name)
+			}
+			err = cq.LaunchCluster(l.name, l.grid, l.cluster, s.ctl.Ptr, p.recs.At(l.rec), l.bufs...)
+		} else {
+			err = s.s.Launch(l.name, l.grid, s.ctl.Ptr, p.recs.At(l.rec), l.bufs...)
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %s: %w", p.name, l.what, err)
 		}
 	}

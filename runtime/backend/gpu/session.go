@@ -44,6 +44,9 @@ type Session struct {
 	// useGraphs replays recorded programs (Queue.Record: the default); false launches the
 	// kernels one by one (tests compare the two).
 	useGraphs bool
+	// clusters: the queue launches thread-block clusters (ClusterQueue), so the BLM products
+	// take kernels.BLMClusterSplit's work split.
+	clusters bool
 
 	ctl       *Buffer     // step-state words
 	ctlHost   *HostBuffer // host staging of the step state and the per-chunk words
@@ -251,6 +254,9 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	}
 	if s.s, err = s.d.NewQueue(); err != nil {
 		return fail(err)
+	}
+	if cq, ok := s.s.(ClusterQueue); ok && cq.MaxCluster() >= kernels.BLMMaxClusters {
+		s.clusters = true
 	}
 	for _, z := range sizes {
 		if *z.dst, err = s.d.Alloc(4 * int64(max(z.n, 4))); err != nil {
