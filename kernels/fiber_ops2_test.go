@@ -455,13 +455,14 @@ func equalU32(a, b []uint32) bool {
 // TestFiberGDNShapes: the register-resident GDN step (a quad of lanes per state column,
 // ⌈KDim/4⌉ rows per lane) against runtime/model.GDNRecurrent on shapes the 27B does not have:
 // KDim not a multiple of 4, KDim < 4 (a lane with no rows), KDim at the limit 128 (the full
-// GDN_KS array) and 127, VDim below a simdgroup's 8 columns and past a threadgroup's 32.
+// GDN_KS array) and 127, VDim below a simdgroup's 8 columns and past a threadgroup's 32; 3 rows
+// and 11 (past the GDN_RB = 8 rows staged in threadgroup memory at a time).
 func TestFiberGDNShapes(t *testing.T) {
-	for _, sh := range [][2]int{{5, 7}, {13, 33}, {1, 3}, {3, 40}, {6, 32}, {128, 9}, {127, 65}} {
+	for _, sh := range [][3]int{{5, 7, 3}, {13, 33, 3}, {1, 3, 3}, {3, 40, 3}, {6, 32, 3}, {128, 9, 3}, {127, 65, 3}, {128, 40, 11}, {13, 33, 11}} {
 		t.Run(fmt.Sprint(sh), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(sh[0]), uint64(sh[1])))
 			s := model.GDNShape{KHeads: 1, VHeads: 2, KDim: sh[0], VDim: sh[1]}
-			const rows = 3
+			rows := sh[2]
 			q := randVec(r, rows*s.KHeads*s.KDim, 0.3)
 			k := randVec(r, rows*s.KHeads*s.KDim, 0.3)
 			v := randVec(r, rows*s.VHeads*s.VDim, 1)
@@ -484,7 +485,7 @@ func TestFiberGDNShapes(t *testing.T) {
 				state[s.StateLen()+i] = float32(math.NaN())
 			}
 			kd, vd := uint32(s.KHeads*s.KDim), uint32(s.VHeads*s.VDim)
-			p := GDNParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, KHeads: uint32(s.KHeads), VHeads: uint32(s.VHeads), KDim: uint32(s.KDim), VDim: uint32(s.VDim),
+			p := GDNParams{DoneWord: NoWord, Rows: uint32(rows), RowsWord: NoWord, KHeads: uint32(s.KHeads), VHeads: uint32(s.VHeads), KDim: uint32(s.KDim), VDim: uint32(s.VDim),
 				Slot: 0, SlotWord: NoWord, WriteOut: 1, LdQK: kd, LdV: vd, LdGate: uint32(s.VHeads), LdOut: vd}
 			if err := p.Validate(); err != nil {
 				t.Fatal(err)
