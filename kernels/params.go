@@ -49,10 +49,15 @@ type RMSNormParams struct {
 	LdX, LdZ, LdY uint32
 	Mode          uint32
 	Eps           float32
+	// Tokens (0 means 1) repeats the rows for token t < Tokens at x + t·LdXT, z + t·LdZT,
+	// y + t·LdYT: one launch for a [tokens, rows] layout with two strides (the 27B's q norm,
+	// heads interleaved with gate heads in each token's row). The token count is fixed.
+	Tokens           uint32
+	LdXT, LdZT, LdYT uint32
 }
 
-// Grid is one threadgroup per (group, row).
-func (p RMSNormParams) Grid() [3]uint32 { return [3]uint32{p.Groups, p.Rows, 1} }
+// Grid is one threadgroup per (group, row, token).
+func (p RMSNormParams) Grid() [3]uint32 { return [3]uint32{p.Groups, p.Rows, max(p.Tokens, 1)} }
 
 // Elementwise modes (EwiseParams.Mode).
 const (
@@ -70,10 +75,16 @@ type EwiseParams struct {
 	N             uint32
 	LdA, LdB, LdY uint32
 	Mode          uint32
+	// Tokens (0 means 1) repeats the rows for token t < Tokens at a + t·LdAT, b + t·LdBT,
+	// y + t·LdYT (a fixed count; RMSNormParams.Tokens).
+	Tokens           uint32
+	LdAT, LdBT, LdYT uint32
 }
 
-// Grid is ⌈N/ewiseThreads⌉ × rows (one thread per element).
-func (p EwiseParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.N, ewiseThreads), p.Rows, 1} }
+// Grid is ⌈N/ewiseThreads⌉ × rows × tokens (one thread per element).
+func (p EwiseParams) Grid() [3]uint32 {
+	return [3]uint32{ceilDiv(p.N, ewiseThreads), p.Rows, max(p.Tokens, 1)}
+}
 
 // RopeParams: partial NeoX RoPE in place (runtime/model.Rope): row r < rows is at position
 // Pos + r (PosWord: the step state's Position); each of Heads heads of HeadDim values at

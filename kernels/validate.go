@@ -164,13 +164,17 @@ func (p RMSNormParams) Validate() error {
 	c.positive("N", p.N)
 	c.atMost("Mode", p.Mode, RMSGated, "RMSPlain, RMSOnePlus or RMSGated")
 	w := uint64(p.Groups) * uint64(p.N)
-	c.span("LdX", uint64(p.Rows), uint64(p.LdX), w, "(Rows−1)·LdX + Groups·N")
-	c.span("LdY", uint64(p.Rows), uint64(p.LdY), w, "(Rows−1)·LdY + Groups·N")
+	t := uint64(max(p.Tokens, 1))
+	c.span("LdX", uint64(p.Rows), uint64(p.LdX), w+(t-1)*uint64(p.LdXT), "(Tokens−1)·LdXT + (Rows−1)·LdX + Groups·N")
+	c.span("LdY", uint64(p.Rows), uint64(p.LdY), w+(t-1)*uint64(p.LdYT), "(Tokens−1)·LdYT + (Rows−1)·LdY + Groups·N")
 	if p.Mode == RMSGated {
-		c.span("LdZ", uint64(p.Rows), uint64(p.LdZ), w, "(Rows−1)·LdZ + Groups·N")
+		c.span("LdZ", uint64(p.Rows), uint64(p.LdZ), w+(t-1)*uint64(p.LdZT), "(Tokens−1)·LdZT + (Rows−1)·LdZ + Groups·N")
 	}
 	c.apart("LdY", p.Rows, uint64(p.LdY), w, "Groups·N")
-	c.grid(p.Grid(), [3]string{"Groups", "Rows", ""})
+	if t > 1 && uint64(p.LdYT) < uint64(p.Rows-1)*uint64(p.LdY)+w {
+		c.failf("LdYT", "is %d with %d tokens: tokens' outputs overlap (want ≥ (Rows−1)·LdY + Groups·N = %d)", p.LdYT, t, uint64(p.Rows-1)*uint64(p.LdY)+w)
+	}
+	c.grid(p.Grid(), [3]string{"Groups", "Rows", "Tokens"})
 	return c.err()
 }
 
@@ -183,11 +187,15 @@ func (p EwiseParams) Validate() error {
 	c.positive("N", p.N)
 	c.atMost("Mode", p.Mode, EwAdd, "EwSwiGLU, EwSigGate or EwAdd")
 	n := uint64(p.N)
-	c.span("LdA", uint64(p.Rows), uint64(p.LdA), n, "(Rows−1)·LdA + N")
-	c.span("LdB", uint64(p.Rows), uint64(p.LdB), n, "(Rows−1)·LdB + N")
-	c.span("LdY", uint64(p.Rows), uint64(p.LdY), n, "(Rows−1)·LdY + N")
+	t := uint64(max(p.Tokens, 1))
+	c.span("LdA", uint64(p.Rows), uint64(p.LdA), n+(t-1)*uint64(p.LdAT), "(Tokens−1)·LdAT + (Rows−1)·LdA + N")
+	c.span("LdB", uint64(p.Rows), uint64(p.LdB), n+(t-1)*uint64(p.LdBT), "(Tokens−1)·LdBT + (Rows−1)·LdB + N")
+	c.span("LdY", uint64(p.Rows), uint64(p.LdY), n+(t-1)*uint64(p.LdYT), "(Tokens−1)·LdYT + (Rows−1)·LdY + N")
 	c.apart("LdY", p.Rows, uint64(p.LdY), n, "N")
-	c.grid(p.Grid(), [3]string{"N", "Rows", ""})
+	if t > 1 && uint64(p.LdYT) < uint64(p.Rows-1)*uint64(p.LdY)+n {
+		c.failf("LdYT", "is %d with %d tokens: tokens' outputs overlap (want ≥ (Rows−1)·LdY + N = %d)", p.LdYT, t, uint64(p.Rows-1)*uint64(p.LdY)+n)
+	}
+	c.grid(p.Grid(), [3]string{"N", "Rows", "Tokens"})
 	return c.err()
 }
 

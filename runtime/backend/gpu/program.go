@@ -472,9 +472,12 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 			e.what("layer %d (%v) qkv", li, l.kind)
 			e.mm(l.qkv, n, rowsWord, kernels.EpiStore, s.hn.Ptr, s.qkv.Ptr, 0, 0)
 			e.what("layer %d (%v) q norm", li, l.kind)
-			for r := 0; r < n; r++ { // q heads are interleaved with the gate heads: stride 2·head_dim
-				e.rms(f32at(s.qkv, r*nq+l.qOff), l.qNorm, f32at(s.qkv, r*nq+l.qOff), f32at(s.qn, r*qd), c.Heads, nw, 1, hd, 2*hd, 2*hd, hd, kernels.RMSPlain)
-			}
+			// q heads are interleaved with the gate heads (stride 2·head_dim): the heads are the
+			// rows, the n token rows the record's Tokens (one launch).
+			qn := kernels.RMSNormParams{DoneWord: e.done, Rows: uint32(c.Heads), RowsWord: nw, Groups: 1, N: uint32(hd),
+				LdX: uint32(2 * hd), LdZ: uint32(2 * hd), LdY: uint32(hd), Mode: kernels.RMSPlain, Eps: e.s.t.Cfg.RMSEps,
+				Tokens: uint32(n), LdXT: uint32(nq), LdZT: uint32(nq), LdYT: uint32(qd)}
+			e.b.add("lithos_rmsnorm", qn, qn.Grid(), f32at(s.qkv, l.qOff), l.qNorm, f32at(s.qkv, l.qOff), s.qn.Ptr)
 			e.what("layer %d (%v) k norm", li, l.kind)
 			e.rms(f32at(s.qkv, l.kOff), l.kNorm, f32at(s.qkv, l.kOff), s.kn.Ptr, n, rowsWord, c.KVHeads, hd, nq, nq, kvd, kernels.RMSPlain)
 			e.what("layer %d (%v) rope", li, l.kind)
@@ -497,11 +500,10 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 			e.b.add("lithos_attn_partial", at, at.GridPartial(), s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr, s.pm.Ptr, s.pl.Ptr, s.po.Ptr)
 			e.b.add("lithos_attn_merge", at, at.GridMerge(), s.pm.Ptr, s.pl.Ptr, s.po.Ptr, s.att.Ptr)
 			e.what("layer %d (%v) output gate", li, l.kind)
-			for r := 0; r < n; r++ {
-				ew := kernels.EwiseParams{DoneWord: e.done, Rows: uint32(c.Heads), RowsWord: nw, N: uint32(hd),
-					LdA: uint32(hd), LdB: uint32(2 * hd), LdY: uint32(hd), Mode: kernels.EwSigGate}
-				e.b.add("lithos_ewise", ew, ew.Grid(), f32at(s.att, r*qd), f32at(s.qkv, r*nq+l.qOff+hd), f32at(s.att, r*qd))
-			}
+			ew := kernels.EwiseParams{DoneWord: e.done, Rows: uint32(c.Heads), RowsWord: nw, N: uint32(hd),
+				LdA: uint32(hd), LdB: uint32(2 * hd), LdY: uint32(hd), Mode: kernels.EwSigGate,
+				Tokens: uint32(n), LdAT: uint32(qd), LdBT: uint32(nq), LdYT: uint32(qd)}
+			e.b.add("lithos_ewise", ew, ew.Grid(), s.att.Ptr, f32at(s.qkv, l.qOff+hd), s.att.Ptr)
 			e.what("layer %d (%v) o_proj", li, l.kind)
 			e.mm(l.o, n, rowsWord, kernels.EpiAdd, s.att.Ptr, s.x.Ptr, 0, 0)
 		}
