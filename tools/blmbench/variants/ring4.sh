@@ -1,0 +1,3 @@
+#!/bin/sh
+# The weight ring's depth set to 4.
+printf '#define BLM_RING 4\n'; cat
