@@ -344,7 +344,7 @@ func buildRegistry() []Kernel {
 		fc, _ := blmFormatCode(f)
 		for _, r := range BLMRowVariants {
 			ks = append(ks, Kernel{Name: fmt.Sprintf("lithos_blm_%s_r%d", fc, r), Op: "blm", Threads: BLMThreads,
-				Params: BLMParams{}, Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "ROWS": fmt.Sprint(r)}, Shared: BLMRingBytes,
+				Params: BLMParams{}, Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "ROWS": fmt.Sprint(r)}, Shared: BLMRingBytes, CtlRW: true,
 				Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true)}})
 		}
 	}

@@ -144,7 +144,8 @@ const BLMMaxWarpBlocks = 2
 // 2 · 132 before.
 const BLMWaveGroups = 132
 
-// BLMGroupBlocks returns the blocks of 16 rows one BLM threadgroup covers: (BLMThreads/32/parts)
+// BLMGroupBlocks returns the blocks of 16 rows one BLM threadgroup (with BLMParams.Clusters >
+// 1: one cluster, each threadgroup over its own K parts) covers: (BLMThreads/32/parts)
 // simdgroups per part, each with warpBlocks blocks.
 func BLMGroupBlocks(parts, warpBlocks uint32) uint32 { return BLMThreads / 32 / parts * warpBlocks }
 
@@ -169,7 +170,8 @@ func BLMSplit(blocks int64) (parts, warpBlocks uint32) {
 // BLMClusterSplit returns the work split of a matrix of blocks blocks on a device with
 // thread-block clusters (CUDA sm_90; BLMParams.WithClusters): K split across the Clusters
 // threadgroups of a cluster as well as into Parts inside each, so that a threadgroup can keep
-// 8 blocks (which share its activation staging) and the grid still fills the multiprocessors.
+// several blocks (8 with 1×2, 4 with 2×2; they share its activation staging) and the grid
+// still fills the multiprocessors.
 // By blocks: ≥ 4000 (the LM head) 1×2, 2 per cluster; ≥ 1100 (the MLP gate_up) 1×2, 4; ≥ 800
 // (GDN in_proj_qkvz, attention qkv) 2×2, 2; ≥ 500 1×2, 4; ≥ 64 (down, out_proj, o_proj,
 // in_proj_z) 1×2, 8; else (in_proj_ab: 6 blocks) 4×1, 8. Chosen from every split × cluster size
@@ -202,10 +204,11 @@ func (p BLMParams) WithClusters() BLMParams {
 // y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, over the packed bytes w of
 // docs/blm.md §2/§5 (geometry fields as blm.Geometry: Lanes, UnitWords = U/16, Stripe = W,
 // Payload = P, Group = G or 0). scales is the row-scale table (one float per packed row).
-// Kernel BLMKernel(format, rows), buffers w (u8), scales, x, y. A threadgroup covers
-// BLMGroupBlocks(Parts, WarpBlocks) blocks; K is split into Parts contiguous parts (1, 2 or 4)
-// whose float32 partial sums the threadgroup adds in order. Lanes load 16 bytes each, four or
-// all 32 lanes of one unit word run at a time (64 or 512 contiguous bytes); FP32 accumulation.
+// Kernel BLMKernel(format, rows), buffers w (u8), scales, x, y. A threadgroup (a cluster of
+// Clusters threadgroups) covers BLMGroupBlocks(Parts, WarpBlocks) blocks; K is split into
+// Parts·Clusters contiguous parts (Parts, 1, 2 or 4, per threadgroup) whose float32 partial
+// sums are added in order. Lanes load 16 bytes each, four or all 32 lanes of one unit word run
+// at a time (64 or 512 contiguous bytes); FP32 accumulation.
 type BLMParams struct {
 	DoneWord   uint32
 	Rows       uint32
@@ -224,8 +227,9 @@ type BLMParams struct {
 	WarpBlocks uint32 // blocks per simdgroup: 1 or 2 (≤ BLMMaxWarpBlocks)
 	// Clusters: threadgroups of a thread-block cluster (CUDA sm_90) that split K between them
 	// for the same blocks, Parts parts each, and add their partial sums in rank order through
-	// distributed shared memory; launched with cluster dimensions (Clusters, 1, 1). 1 = no
-	// cluster, the only value Metal takes (1 to BLMMaxClusters).
+	// distributed shared memory; launched with cluster dimensions ClusterDims(). 0 or 1 = no
+	// cluster (at most BLMMaxClusters); kernels without clusters (Metal, CUDA before sm_90)
+	// compute a record with more as if it had 1, on the grid's first threadgroups only.
 	Clusters uint32
 }
 
@@ -236,11 +240,12 @@ const BLMMaxClusters = 8
 // threadgroups c·Clusters … c·Clusters + Clusters − 1.
 func (p BLMParams) Grid() [3]uint32 {
 	per := BLMGroupBlocks(p.Parts, p.WarpBlocks)
-	return [3]uint32{(p.Blocks + per - 1) / per * p.Clusters, 1, 1}
+	return [3]uint32{(p.Blocks + per - 1) / per * max(p.Clusters, 1), 1, 1}
 }
 
-// ClusterDims is the thread-block cluster shape of the launch: (Clusters, 1, 1).
-func (p BLMParams) ClusterDims() [3]uint32 { return [3]uint32{p.Clusters, 1, 1} }
+// ClusterDims is the thread-block cluster shape of the launch: (Clusters, 1, 1) (Clusters 0
+// counts as 1).
+func (p BLMParams) ClusterDims() [3]uint32 { return [3]uint32{max(p.Clusters, 1), 1, 1} }
 
 // NewBLMParams returns the record of matrix g for rows activation rows (fixed; set RowsWord for
 // a dynamic count), contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word,

@@ -55,6 +55,10 @@ const (
 	// GuardKVAppend: lithos_kv_append found the rows' positions, Pos … Pos + rows − 1, past
 	// the caches' Capacity rows.
 	GuardKVAppend = 22
+	// GuardBLMCluster: a BLM kernel was launched in clusters of another size than its
+	// record's Clusters (rec.ClusterDims()), so its threadgroups could not add their K parts:
+	// it writes nothing.
+	GuardBLMCluster = 23
 )
 
 // maxGridYZ and maxGridX are CUDA's grid limits (stricter than Metal's).
@@ -154,8 +158,10 @@ func (c *vcheck) grid(g [3]uint32, names [3]string) {
 }
 
 // Validate checks the record against the rules of lithos_rmsnorm: Rows, Groups, N ≥ 1; Mode
-// RMSPlain, RMSOnePlus or RMSGated; x, y (z when gated) within 32-bit offsets; y's rows apart
-// (LdY ≥ Groups·N); Rows ≤ 65535 (grid y).
+// RMSPlain, RMSOnePlus or RMSGated; x, y (z when gated) within 32-bit offsets, token strides
+// included; y's rows apart (LdY ≥ Groups·N) and, with Tokens > 1, the tokens' outputs after
+// one another (LdYT ≥ (Rows−1)·LdY + Groups·N: the [tokens, rows] order; other disjoint
+// layouts are refused too); Rows, Tokens ≤ 65535 (grid y, z).
 func (p RMSNormParams) Validate() error {
 	c := vcheck{rec: "RMSNormParams"}
 	c.done(p.DoneWord)
@@ -171,7 +177,7 @@ func (p RMSNormParams) Validate() error {
 		c.span("LdZ", uint64(p.Rows), uint64(p.LdZ), w+(t-1)*uint64(p.LdZT), "(Tokens−1)·LdZT + (Rows−1)·LdZ + Groups·N")
 	}
 	c.apart("LdY", p.Rows, uint64(p.LdY), w, "Groups·N")
-	if t > 1 && uint64(p.LdYT) < uint64(p.Rows-1)*uint64(p.LdY)+w {
+	if t > 1 && p.Rows > 0 && uint64(p.LdYT) < uint64(p.Rows-1)*uint64(p.LdY)+w {
 		c.failf("LdYT", "is %d with %d tokens: tokens' outputs overlap (want ≥ (Rows−1)·LdY + Groups·N = %d)", p.LdYT, t, uint64(p.Rows-1)*uint64(p.LdY)+w)
 	}
 	c.grid(p.Grid(), [3]string{"Groups", "Rows", "Tokens"})
@@ -179,7 +185,9 @@ func (p RMSNormParams) Validate() error {
 }
 
 // Validate checks the record against the rules of lithos_ewise: Rows, N ≥ 1; Mode EwSwiGLU,
-// EwSigGate or EwAdd; a, b, y within 32-bit offsets; y's rows apart (LdY ≥ N).
+// EwSigGate or EwAdd; a, b, y within 32-bit offsets, token strides included; y's rows apart
+// (LdY ≥ N) and, with Tokens > 1, the tokens' outputs after one another (LdYT ≥ (Rows−1)·LdY
+// + N, as RMSNormParams); Rows, Tokens ≤ 65535 (grid y, z).
 func (p EwiseParams) Validate() error {
 	c := vcheck{rec: "EwiseParams"}
 	c.done(p.DoneWord)
@@ -192,7 +200,7 @@ func (p EwiseParams) Validate() error {
 	c.span("LdB", uint64(p.Rows), uint64(p.LdB), n+(t-1)*uint64(p.LdBT), "(Tokens−1)·LdBT + (Rows−1)·LdB + N")
 	c.span("LdY", uint64(p.Rows), uint64(p.LdY), n+(t-1)*uint64(p.LdYT), "(Tokens−1)·LdYT + (Rows−1)·LdY + N")
 	c.apart("LdY", p.Rows, uint64(p.LdY), n, "N")
-	if t > 1 && uint64(p.LdYT) < uint64(p.Rows-1)*uint64(p.LdY)+n {
+	if t > 1 && p.Rows > 0 && uint64(p.LdYT) < uint64(p.Rows-1)*uint64(p.LdY)+n {
 		c.failf("LdYT", "is %d with %d tokens: tokens' outputs overlap (want ≥ (Rows−1)·LdY + N = %d)", p.LdYT, t, uint64(p.Rows-1)*uint64(p.LdY)+n)
 	}
 	c.grid(p.Grid(), [3]string{"N", "Rows", "Tokens"})
@@ -236,7 +244,7 @@ func (p RopeScaledParams) Validate() error {
 // Lanes 2, 4, 8, 16 or 32 (blm.Geometry); Stripe·Lanes ≥ K; Payload ≤ 16·UnitWords; Blocks =
 // ⌈N/16⌉; the matrix, 16·Blocks·Lanes·16·UnitWords bytes, < 4 GiB; Epilogue EpiStore, EpiAdd
 // or EpiSwiGLU (N a multiple of 16 for SwiGLU); Parts a power of two dividing BLMThreads/32;
-// WarpBlocks in [1, BLMMaxWarpBlocks]; Clusters in [1, BLMMaxClusters]; x ([Rows, LdX], K values) and y ([Rows, LdY], N or N/2
+// WarpBlocks in [1, BLMMaxWarpBlocks]; Clusters ≤ BLMMaxClusters; x ([Rows, LdX], K values) and y ([Rows, LdY], N or N/2
 // values) within 32-bit offsets, y's rows apart. Records from NewBLMParams pass.
 func (p BLMParams) Validate() error {
 	c := vcheck{rec: "BLMParams"}
@@ -282,10 +290,10 @@ func (p BLMParams) Validate() error {
 	c.span("LdX", uint64(p.Rows), uint64(p.LdX), uint64(p.K), "(Rows−1)·LdX + K")
 	c.span("LdY", uint64(p.Rows), uint64(p.LdY), out, "(Rows−1)·LdY + outputs")
 	c.apart("LdY", p.Rows, uint64(p.LdY), out, "the outputs per row")
-	if p.Clusters < 1 || p.Clusters > BLMMaxClusters {
-		c.failf("Clusters", "is %d, want 1 to %d (BLMMaxClusters: threadgroups per cluster splitting K)", p.Clusters, BLMMaxClusters)
+	if p.Clusters > BLMMaxClusters {
+		c.failf("Clusters", "is %d, want 0 to %d (BLMMaxClusters: threadgroups per cluster splitting K; 0 is 1)", p.Clusters, BLMMaxClusters)
 	}
-	if p.Parts != 0 && p.Parts <= BLMThreads/32 && p.WarpBlocks != 0 && p.Clusters >= 1 && p.Clusters <= BLMMaxClusters {
+	if p.Parts != 0 && p.Parts <= BLMThreads/32 && p.WarpBlocks != 0 && p.Clusters <= BLMMaxClusters {
 		c.grid(p.Grid(), [3]string{"Blocks", "", ""})
 	}
 	return c.err()

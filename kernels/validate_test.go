@@ -232,8 +232,9 @@ func TestValidateRules(t *testing.T) {
 		{"blm swiglu n", mut(bl, func(p *BLMParams) { p.N, p.Blocks = 4088, 256 }), "BLMParams.N: is 4088 with the SwiGLU epilogue"},
 		{"blm epilogue", mut(bl, func(p *BLMParams) { p.Epilogue = 3 }), "BLMParams.Epilogue"},
 		{"blm parts 3", mut(bl, func(p *BLMParams) { p.Parts = 3 }), "BLMParams.Parts: is 3"},
-		{"blm clusters 0", mut(bl, func(p *BLMParams) { p.Clusters = 0 }), "BLMParams.Clusters: is 0, want 1 to 8"},
-		{"blm clusters 9", mut(bl, func(p *BLMParams) { p.Clusters = 9 }), "BLMParams.Clusters: is 9, want 1 to 8"},
+		{"blm clusters 0 (one)", mut(bl, func(p *BLMParams) { p.Clusters = 0 }), ""},
+		{"blm clusters 9", mut(bl, func(p *BLMParams) { p.Clusters = 9 }), "BLMParams.Clusters: is 9, want 0 to 8"},
+		{"rmsnorm rows 0 tokens", mut(rms, func(p *RMSNormParams) { p.Rows, p.Tokens, p.LdYT = 0, 2, 8 }), "RMSNormParams.Rows: is 0"},
 		{"blm cluster split ok", bl.WithClusters(), ""},
 		{"blm parts 8", mut(bl, func(p *BLMParams) { p.Parts = 8 }), "BLMParams.Parts: is 8"},
 		{"blm parts 0", mut(bl, func(p *BLMParams) { p.Parts = 0 }), "BLMParams.Parts: is 0"},
@@ -355,7 +356,8 @@ func TestValidateRules(t *testing.T) {
 func TestGuardCodesMatchKernels(t *testing.T) {
 	want := map[string]int{"GUARD_STEP_ROWS": GuardStepRows, "GUARD_STEP_POSITION": GuardStepPosition,
 		"GUARD_ROUND_DRAFTS": GuardRoundDrafts, "GUARD_ROUND_POSITION": GuardRoundPosition,
-		"GUARD_ATTN_PARTIAL": GuardAttnPartial, "GUARD_ATTN_MERGE": GuardAttnMerge, "GUARD_KV_APPEND": GuardKVAppend}
+		"GUARD_ATTN_PARTIAL": GuardAttnPartial, "GUARD_ATTN_MERGE": GuardAttnMerge, "GUARD_KV_APPEND": GuardKVAppend,
+		"GUARD_BLM_CLUSTER": GuardBLMCluster}
 	got := map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^#define (GUARD_[A-Z_]+) (\d+)u$`).FindAllStringSubmatch(mustRead("ops/common.kern"), -1) {
 		v, _ := strconv.Atoi(m[2])
@@ -424,8 +426,8 @@ func TestBLMClusterSplit(t *testing.T) {
 			if err := p.Validate(); err != nil {
 				t.Errorf("%s: %v", c.name, err)
 			}
-			if gr := p.Grid(); gr[0] != c.groups*p.Clusters || gr[0]%p.ClusterDims()[0] != 0 {
-				t.Errorf("%s: grid %v, want %d clusters of %d", c.name, gr, c.groups, p.Clusters)
+			if gr, cd := p.Grid(), p.ClusterDims(); gr != [3]uint32{c.groups * c.split[2], 1, 1} || cd != [3]uint32{c.split[2], 1, 1} {
+				t.Errorf("%s: grid %v in clusters %v, want %d clusters of %d", c.name, gr, cd, c.groups, c.split[2])
 			}
 		}
 	}

@@ -79,17 +79,29 @@ FN void blm_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memor
 #define TG_DYN_ARRAY(T, name, n) extern __shared__ __align__(16) T name[]
 // BLM_ALIGNED16: the pointer is 16-byte aligned (vector loads of the activations).
 #define BLM_ALIGNED16(ptr) ((((unsigned long long)(ptr)) & 15ull) == 0ull)
-// Thread-block clusters (sm_90) for the BLM kernels' K split across threadgroups
-// (BLMParams.Clusters; docs/performance.md §3.3e): blm_cluster_sync is a barrier of every thread
-// of the cluster that orders threadgroup memory (release/acquire at cluster scope; a launch
-// without a cluster is a cluster of one), blm_cluster_map the address of the same threadgroup
-// variable in the cluster's threadgroup `rank` (distributed shared memory, read with plain loads).
+// Thread-block clusters (sm_90 and newer: the PTX below does not exist before, and the module
+// is compiled for the device's own architecture) for the BLM kernels' K split across
+// threadgroups (BLMParams.Clusters; docs/performance.md §3.3e): blm_cluster_sync is a barrier of
+// every thread of the cluster that orders threadgroup memory (release/acquire at cluster scope; a
+// launch without a cluster is a cluster of one), blm_cluster_map the address of the same
+// threadgroup variable in the cluster's threadgroup `rank` (distributed shared memory, read with
+// plain loads), blm_cluster_size the threadgroups of the launch's cluster (%cluster_nctarank).
+// Without them (BLM_CLUSTER 0) the kernels take Clusters as 1.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define BLM_CLUSTER 1
 FN void blm_cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 FN const float* blm_cluster_map(const float* p, u32 rank) {
     unsigned long long r;
-    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
+    asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
     return (const float*)r;
 }
+FN u32 blm_cluster_size() {
+    u32 n;
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+#else
+#define BLM_CLUSTER 0
+#endif

@@ -28,7 +28,8 @@ wait
 for v in "${vs[@]}"; do
   name=${v%%:*} d="$out/v-$name"
   [ -x "$d/harness" ] || { tail -20 "$d/build.log"; continue; }
-  grep -A1 "lithos_blm_.*_r[18]'" "$d/build.log" | grep -oE "Function properties for lithos_blm_[a-z0-9_]+|Used [0-9]+ registers.*" | paste - - | sed "s/^/$name /" >"$d/regs.txt" 2>/dev/null
+  # ptxas -v: per BLM entry point, its spill stores and registers.
+  grep -A3 "Compiling entry function 'lithos_blm_.*_r[18]'" "$d/build.log" | grep -oE "entry function 'lithos_blm_[a-z0-9_]+'|[0-9]+ bytes spill stores|Used [0-9]+ registers" | paste - - - | sed "s/^/$name /" >"$d/regs.txt" 2>/dev/null
   if [ -n "${DUMP:-}" ]; then mkdir -p "$out/dump"; fi
   DUMP=${DUMP:+$out/dump} "$d/harness" "$out/cases.sel" "$name" | tee "$d/result.txt"
 done

@@ -92,8 +92,9 @@ func f32s(v []float64) []float32 {
 // other splits (K parts × blocks per simdgroup): as many copies of the matrix as
 // make ≥ 1 GB (random bytes; the L2 holds 60 MB), launched back to back in one captured graph,
 // median of 7 replays. The read floor is the streaming read bandwidth measured in the same run.
-// Reports GB/s and × floor per shape, rows and work split (K parts, blocks per simdgroup; "d"
-// marks NewBLMParams's own choice).
+// Reports GB/s and × floor per shape, rows and work split (K parts, blocks per simdgroup,
+// threadgroups per cluster; "d" marks NewBLMParams's own choice, "c" the cluster split
+// WithClusters gives, timed where the device launches clusters).
 func BenchmarkBLMShapes(b *testing.B) {
 	d, ks, floor := benchDevice(b)
 	chk, err := d.loadCheck()
@@ -185,19 +186,24 @@ func BenchmarkBLMShapes(b *testing.B) {
 				b.Fatal(err)
 			}
 			name, _ := kernels.BLMKernel(g.Format, rows)
-			// NewBLMParams's split first, then the others of BLMSplit's ladder (8 rows only).
-			splits := [][2]uint32{{p0.Parts, p0.WarpBlocks}}
+			// NewBLMParams's split first, then (on a device with thread-block clusters) the
+			// cluster split the sessions take, then the others of BLMSplit's ladder (8 rows only).
+			splits := [][3]uint32{{p0.Parts, p0.WarpBlocks, 1}}
+			pc := p0.WithClusters()
+			if d.Info.Major >= 9 && d.Info.ClusterLaunch && drv.cuLaunchKernelEx.addr != 0 && emu == nil {
+				splits = append(splits, [3]uint32{pc.Parts, pc.WarpBlocks, pc.Clusters})
+			}
 			if rows == 8 {
-				for _, sp := range [][2]uint32{{1, 2}, {2, 2}, {4, 2}, {4, 1}, {2, 1}} {
+				for _, sp := range [][3]uint32{{1, 2, 1}, {2, 2, 1}, {4, 2, 1}, {4, 1, 1}, {2, 1, 1}} {
 					if sp != splits[0] {
 						splits = append(splits, sp)
 					}
 				}
 			}
 			for _, split := range splits {
-				parts, wb := split[0], split[1]
+				parts, wb, cl := split[0], split[1], split[2]
 				p := p0
-				p.Parts, p.WarpBlocks = parts, wb
+				p.Parts, p.WarpBlocks, p.Clusters = parts, wb, cl
 				var recs Records
 				off := recs.Add(p)
 				if err := recs.Upload(d); err != nil {
@@ -205,7 +211,13 @@ func BenchmarkBLMShapes(b *testing.B) {
 				}
 				gr, err := s.Capture(func() error {
 					for _, m := range mats {
-						if err := ks.Launch(s, name, p.Grid(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr); err != nil {
+						var err error
+						if cl > 1 {
+							err = ks.LaunchCluster(s, name, p.Grid(), p.ClusterDims(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr)
+						} else {
+							err = ks.Launch(s, name, p.Grid(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr)
+						}
+						if err != nil {
 							return err
 						}
 					}
@@ -242,13 +254,16 @@ func BenchmarkBLMShapes(b *testing.B) {
 				}
 				bw := newBandwidth(total, times)
 				mark := ""
-				if parts == p0.Parts && wb == p0.WarpBlocks {
+				switch {
+				case cl > 1:
+					mark = "c"
+				case parts == p0.Parts && wb == p0.WarpBlocks:
 					mark = "d"
 				}
-				key := sh.name + "-r" + strconv.Itoa(rows) + "-p" + strconv.Itoa(int(parts)) + "w" + strconv.Itoa(int(wb)) + mark
+				key := sh.name + "-r" + strconv.Itoa(rows) + "-p" + strconv.Itoa(int(parts)) + "w" + strconv.Itoa(int(wb)) + "c" + strconv.Itoa(int(cl)) + mark
 				b.ReportMetric(bw.GBps()/floor.GBps(), key+"-xfloor")
-				line := fmt.Sprintf("%-14s rows %d parts %d wb %d%-1s grid %5d: %d × %.1f MB, median %8.1f us/matrix: %5.0f GB/s = %.3f × floor",
-					sh.name, rows, parts, wb, mark, p.Grid()[0], copies, float64(per)/1e6, float64(bw.Median.Microseconds())/float64(copies), bw.GBps(), bw.GBps()/floor.GBps())
+				line := fmt.Sprintf("%-14s rows %d parts %d wb %d cl %d%-1s grid %5d: %d × %.1f MB, median %8.1f us/matrix: %5.0f GB/s = %.3f × floor",
+					sh.name, rows, parts, wb, cl, mark, p.Grid()[0], copies, float64(per)/1e6, float64(bw.Median.Microseconds())/float64(copies), bw.GBps(), bw.GBps()/floor.GBps())
 				b.Log(line)
 				summary = append(summary, line)
 				for _, e := range evs {

@@ -34,6 +34,7 @@ const (
 	attrComputeMajor        = 75
 	attrComputeMinor        = 76
 	attrMaxSharedOptin      = 97 // bytes per block, opt-in
+	attrClusterLaunch       = 120
 )
 
 // Info is what Open learnt about the device.
@@ -47,6 +48,7 @@ type Info struct {
 	SharedOptin   int    // shared memory a block may opt into, bytes
 	MaxThreads    int    // threads per block
 	DriverVersion int    // cuDriverGetVersion: 1000·major + 10·minor (13000 = CUDA 13.0)
+	ClusterLaunch bool   // CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: thread-block clusters (sm_90+)
 }
 
 // Arch returns the NVRTC architecture of the device, "sm_" + major + minor (sm_90 on the H200).
@@ -144,6 +146,10 @@ func Open(ordinal int) (*Device, error) {
 			return nil, fmt.Errorf("cuda: GPU %d: attribute %d: %w", ordinal, q.a, err)
 		}
 		*q.dst = v
+	}
+	// An older driver may not know the attribute: no clusters then.
+	if v, err := attr(attrClusterLaunch); err == nil && v != 0 {
+		d.Info.ClusterLaunch = true
 	}
 	var total uint64
 	if err := call(drv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), d.dev); err != nil {

@@ -157,8 +157,9 @@ func loadDriverFrom(path string) error {
 			missing = append(missing, e.names[0])
 		}
 	}
-	// Optional: cuLaunchKernelEx (CUDA 12: thread-block clusters); without it the BLM kernels
-	// keep their cluster-free work split (queue.MaxCluster is 0).
+	// cuLaunchKernelEx (thread-block clusters) is resolved apart: every driver MinDriverVersion
+	// admits has it, but a missing symbol only turns clusters off (queue.MaxCluster 0: the BLM
+	// kernels keep their cluster-free work split) instead of refusing the driver.
 	if a, err := purego.Dlsym(h, "cuLaunchKernelEx"); err == nil && a != 0 {
 		drv.cuLaunchKernelEx = fn{name: "cuLaunchKernelEx", addr: a}
 	}

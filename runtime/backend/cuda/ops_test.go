@@ -620,6 +620,21 @@ func TestOpArgmax(t *testing.T) {
 // TestKernelModule: the generated module compiles for the device and every kernel of
 // kernels.Kernels() resolves (LoadKernels checks both); the compiler's resource use per kernel
 // is logged (registers; local bytes > 0 means spills or a stack array).
+// TestKernelModuleArchs: the kernel module compiles for every architecture Open accepts, not
+// only the device's (the thread-block cluster PTX of the BLM kernels exists from sm_90 on and
+// must stay out of older targets' code).
+func TestKernelModuleArchs(t *testing.T) {
+	newOpEnv(t, 10) // a GPU and NVRTC (skips without them)
+	if emu != nil {
+		t.Skip("the emulator compiles the Metal source")
+	}
+	for _, arch := range []string{"sm_80", "sm_86", "sm_89", "sm_90"} {
+		if _, err := Compile("lithos_kernels.cu", kernels.Source(kernels.CUDA), arch); err != nil {
+			t.Errorf("%s: %v", arch, err)
+		}
+	}
+}
+
 func TestKernelModule(t *testing.T) {
 	e := newOpEnv(t, 10)
 	for _, k := range kernels.Kernels() {

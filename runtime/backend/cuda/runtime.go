@@ -63,7 +63,7 @@ func (r *runtimeDevice) NewQueue() (gpu.Queue, error) {
 		return nil, err
 	}
 	q := &queue{s: s, ks: r.ks}
-	if r.d.Info.Major >= 9 && drv.cuLaunchKernelEx.addr != 0 && emu == nil && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0" {
+	if r.d.Info.Major >= 9 && r.d.Info.ClusterLaunch && drv.cuLaunchKernelEx.addr != 0 && emu == nil && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0" {
 		q.maxCluster = kernels.BLMMaxClusters
 	}
 	return q, nil
@@ -81,8 +81,9 @@ func (r *runtimeDevice) ReadBandwidthGBs() (float64, error) {
 
 func (r *runtimeDevice) Close() error { return errors.Join(r.ks.Unload(), r.d.Close()) }
 
-// queue is gpu.Queue over a stream, and gpu.ClusterQueue: on sm_90 and newer (with the
-// driver's cuLaunchKernelEx; not in the emulator, whose kernels are the Metal source) it
+// queue is gpu.Queue over a stream, and gpu.ClusterQueue: on sm_90 and newer (the device's
+// CLUSTER_LAUNCH attribute, the driver's cuLaunchKernelEx; not in the emulator, whose kernels
+// are the Metal source) it
 // launches clusters of up to kernels.BLMMaxClusters threadgroups, so the BLM products split K
 // across a cluster (docs/performance.md §3.3e). LITHOS_CUDA_CLUSTERS=0 turns that off (A/B runs).
 type queue struct {
@@ -95,6 +96,9 @@ func (q *queue) MaxCluster() int { return q.maxCluster }
 func (q *queue) LaunchCluster(kernel string, grid, cluster [3]uint32, ctl, prm uint64, bufs ...uint64) error {
 	if q.maxCluster == 0 {
 		return fmt.Errorf("cuda: kernel %s: this device or driver does not launch thread-block clusters", kernel)
+	}
+	if n := int64(cluster[0]) * int64(cluster[1]) * int64(cluster[2]); n > int64(q.maxCluster) {
+		return fmt.Errorf("cuda: kernel %s: a cluster of %v threadgroups, more than the %d this queue launches", kernel, cluster, q.maxCluster)
 	}
 	return q.ks.LaunchCluster(q.s, kernel, grid, cluster, ctl, prm, bufs...)
 }
