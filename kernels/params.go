@@ -195,10 +195,19 @@ func BLMClusterSplit(blocks int64) (parts, warpBlocks, clusters uint32) {
 
 // WithClusters returns p with the work split of BLMClusterSplit: for a device that launches
 // thread-block clusters (the record's ClusterDims); Metal takes NewBLMParams' split as it is.
+// A matrix narrower than BLMClusterMinK keeps NewBLMParams' split: its K parts would be a few
+// quad-steps each (the DSpark Markov W2, K = 256: 57.6 µs per 1-row product in clusters, 30.2
+// without, docs/performance.md §3.3e).
 func (p BLMParams) WithClusters() BLMParams {
+	if p.K < BLMClusterMinK {
+		return p
+	}
 	p.Parts, p.WarpBlocks, p.Clusters = BLMClusterSplit(int64(p.Blocks))
 	return p
 }
+
+// BLMClusterMinK is the narrowest K (columns) WithClusters splits across a cluster.
+const BLMClusterMinK = 1024
 
 // BLMParams: the BLM matrix × rows product (docs/blm.md §6; runtime/backend/cpu.Packed):
 // y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, over the packed bytes w of

@@ -406,6 +406,7 @@ func TestBLMClusterSplit(t *testing.T) {
 		{"down", 5120, 17408, formats.NVFP4, [3]uint32{1, 2, 8}, 40},
 		{"out_proj", 5120, 6144, formats.FP8, [3]uint32{1, 2, 8}, 40},
 		{"in_proj_ab", 96, 5120, formats.BF16, [3]uint32{4, 1, 8}, 6},
+		{"markov_w2 (K < BLMClusterMinK: no cluster)", 248320, 256, formats.NVFP4, [3]uint32{1, 2, 1}, 1940},
 	} {
 		g, err := blm.NewGeometry(blm.Spec{Format: c.f, N: c.n, K: c.k})
 		if err != nil {
