@@ -206,8 +206,10 @@ func (p BLMParams) WithClusters() BLMParams {
 	return p
 }
 
-// BLMClusterMinK is the narrowest K (columns) WithClusters splits across a cluster.
-const BLMClusterMinK = 1024
+// BLMClusterMinK is the narrowest K (columns) WithClusters splits across a cluster. A variable
+// only so that tests can run small models (the golden models' K = 256) in clusters; change it
+// only in tests, before any record is made.
+var BLMClusterMinK uint32 = 1024
 
 // BLMParams: the BLM matrix × rows product (docs/blm.md §6; runtime/backend/cpu.Packed):
 // y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, over the packed bytes w of
@@ -245,8 +247,8 @@ type BLMParams struct {
 // BLMMaxClusters is the largest BLMParams.Clusters: the portable cluster size of CUDA.
 const BLMMaxClusters = 8
 
-// Grid is ⌈Blocks / BLMGroupBlocks(Parts, WarpBlocks)⌉ · Clusters threadgroups; cluster c is
-// threadgroups c·Clusters … c·Clusters + Clusters − 1.
+// Grid is ⌈Blocks / BLMGroupBlocks(Parts, WarpBlocks)⌉ · Clusters threadgroups (Clusters 0
+// counts as 1); cluster c is threadgroups c·Clusters … c·Clusters + Clusters − 1.
 func (p BLMParams) Grid() [3]uint32 {
 	per := BLMGroupBlocks(p.Parts, p.WarpBlocks)
 	return [3]uint32{(p.Blocks + per - 1) / per * max(p.Clusters, 1), 1, 1}

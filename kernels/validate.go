@@ -22,7 +22,9 @@ import (
 //     code. The control kernels (lithos_step, lithos_round) write their WError / WDone words;
 //     the other kernels write ctl[DoneWord + 1] and ctl[DoneWord] (runtime/backend.StepState
 //     keeps Error right after Done; kernels/validate_test.go checks that layout). A record
-//     with DoneWord = NoWord has nowhere to report: its guard only returns.
+//     with DoneWord = NoWord has nowhere to report: its guard only returns. One guard is about
+//     the launch rather than the step state: a BLM kernel launched in clusters of another size
+//     than its record's Clusters (GuardBLMCluster).
 //
 // The index rule: the kernels compute element offsets in u32 (r·ld + column), so for every
 // buffer the largest offset, (rows − 1)·ld + width − 1, must be < 2³²; byte offsets likewise

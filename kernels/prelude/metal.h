@@ -90,6 +90,8 @@ static inline void blm_cp_wait() {}
 #else
 #define BLM_MMA 0
 #endif
-// No thread-block clusters on Metal: BLMParams.Clusters must be 1 there (the CUDA prelude's
-// BLM_CLUSTER reduces a K split across threadgroups through distributed shared memory).
+// No thread-block clusters on Metal: the BLM kernels take BLMParams.Clusters as 1 (a record
+// with more is computed by the grid's first threadgroups; the host gives Metal Clusters 1).
+// The CUDA prelude's BLM_CLUSTER (sm_90+) adds a K split across threadgroups through
+// distributed shared memory.
 #define BLM_CLUSTER 0

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -30,5 +31,19 @@ func TestLaunchConfigLayout(t *testing.T) {
 		if f.got != f.want {
 			t.Errorf("%s = %d, want %d", f.name, f.got, f.want)
 		}
+	}
+}
+
+// TestQueueClusterRefusals: a queue without clusters (MaxCluster 0: emulator, pre-sm_90, no
+// cuLaunchKernelEx, LITHOS_CUDA_CLUSTERS=0) refuses a cluster launch, and a queue refuses a
+// cluster larger than its MaxCluster, both before touching the stream.
+func TestQueueClusterRefusals(t *testing.T) {
+	q := &queue{}
+	if err := q.LaunchCluster("lithos_blm_nvfp4_r8", [3]uint32{8, 1, 1}, [3]uint32{2, 1, 1}, 1, 2, 3, 4, 5, 6); err == nil || !strings.Contains(err.Error(), "does not launch thread-block clusters") {
+		t.Fatalf("queue without clusters: %v", err)
+	}
+	q.maxCluster = 8
+	if err := q.LaunchCluster("lithos_blm_nvfp4_r8", [3]uint32{32, 1, 1}, [3]uint32{16, 1, 1}, 1, 2, 3, 4, 5, 6); err == nil || !strings.Contains(err.Error(), "more than the 8") {
+		t.Fatalf("cluster of 16: %v", err)
 	}
 }

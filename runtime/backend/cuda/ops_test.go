@@ -174,12 +174,18 @@ func (e *opEnv) randn(n int, scale float64) []float32 {
 }
 
 // clusterChoices is {false} on a device (or the emulator) that launches no thread-block
-// clusters, else {false, true}: the BLM tests run each case also with BLMParams.WithClusters.
+// clusters, else {false, true}: the BLM tests run each case also in the cluster split
+// (kernels.BLMClusterSplit, whatever the matrix's K).
 func (e *opEnv) clusterChoices() []bool {
-	if emu != nil || drv.cuLaunchKernelEx.addr == 0 || e.d.Info.Major < 9 {
+	if !e.clusters() {
 		return []bool{false}
 	}
 	return []bool{false, true}
+}
+
+// clusters: the device launches thread-block clusters (as runtime.go's queue decides).
+func (e *opEnv) clusters() bool {
+	return emu == nil && drv.cuLaunchKernelEx.addr != 0 && e.d.Info.Major >= 9 && e.d.Info.ClusterLaunch
 }
 
 func isPoison(v float32) bool { return math.Float32bits(v) == poison }
@@ -526,7 +532,10 @@ func TestOpBLM(t *testing.T) {
 							}
 							rec.Rows = uint32(rows)
 							if ce {
-								rec = rec.WithClusters()
+								rec.Parts, rec.WarpBlocks, rec.Clusters = kernels.BLMClusterSplit(int64(rec.Blocks))
+								if rec.Clusters < 2 {
+									t.Fatalf("cluster split %d×%d×%d: not a cluster", rec.Parts, rec.WarpBlocks, rec.Clusters)
+								}
 							}
 							x := e.randn(rows*k, 1)
 							outN := n
@@ -617,9 +626,6 @@ func TestOpArgmax(t *testing.T) {
 	}
 }
 
-// TestKernelModule: the generated module compiles for the device and every kernel of
-// kernels.Kernels() resolves (LoadKernels checks both); the compiler's resource use per kernel
-// is logged (registers; local bytes > 0 means spills or a stack array).
 // TestKernelModuleArchs: the kernel module compiles for every architecture Open accepts, not
 // only the device's (the thread-block cluster PTX of the BLM kernels exists from sm_90 on and
 // must stay out of older targets' code).
@@ -635,6 +641,9 @@ func TestKernelModuleArchs(t *testing.T) {
 	}
 }
 
+// TestKernelModule: the generated module compiles for the device and every kernel of
+// kernels.Kernels() resolves (LoadKernels checks both); the compiler's resource use per kernel
+// is logged (registers; local bytes > 0 means spills or a stack array).
 func TestKernelModule(t *testing.T) {
 	e := newOpEnv(t, 10)
 	for _, k := range kernels.Kernels() {
@@ -643,5 +652,72 @@ func TestKernelModule(t *testing.T) {
 			t.Fatalf("kernel %s not loaded", k.Name)
 		}
 		t.Logf("%-24s %3d threads  %3d registers  %4d local bytes", k.Name, k.Threads, f.Registers, f.LocalBytes)
+	}
+}
+
+// TestBLMClusterGuard: a BLM record launched in clusters of another size than its Clusters —
+// a cluster record without clusters, a cluster-free record in clusters of 2 — writes nothing
+// and reports kernels.GuardBLMCluster in the step state's Error word (after Done), with Done
+// set; the matching launch of the same record then computes (sm_90 with cluster launch only).
+func TestBLMClusterGuard(t *testing.T) {
+	e := newOpEnv(t, 41)
+	if !e.clusters() {
+		t.Skip("the device launches no thread-block clusters")
+	}
+	m := newBLMMatrix(t, e.r, blm.Spec{Format: formats.NVFP4, N: 64, K: 5120})
+	bw, bs := e.bytes(m.packed), e.bytes(m.table)
+	bx := e.f32(e.randn(int(m.g.K), 1))
+	const done = 40
+	kname, _ := kernels.BLMKernel(m.g.Format, 1)
+	base, err := kernels.NewBLMParams(m.g, 1, kernels.EpiStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.DoneWord = done
+	for _, c := range []struct {
+		name          string
+		rec, launchAs uint32 // the record's Clusters, the launch's cluster size
+	}{{"cluster record, plain launch", 2, 1}, {"plain record, clusters of 2", 1, 2}, {"matching", 2, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			e.t = t
+			e.setCtl(make([]uint32, 64))
+			p := base
+			p.Parts, p.WarpBlocks, p.Clusters = 1, 2, c.rec
+			grid := p.Grid()
+			if c.launchAs > c.rec {
+				grid[0] *= c.launchAs
+			}
+			prm := e.bytes(kernels.Record(p))
+			by := e.poisoned(int(m.g.N))
+			if c.launchAs > 1 {
+				err = e.ks.LaunchCluster(e.s, kname, grid, [3]uint32{c.launchAs, 1, 1}, e.ctl.Ptr, prm.Ptr, bw.Ptr, bs.Ptr, bx.Ptr, by.Ptr)
+			} else {
+				err = e.ks.Launch(e.s, kname, grid, e.ctl.Ptr, prm.Ptr, bw.Ptr, bs.Ptr, bx.Ptr, by.Ptr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := e.read(by, int(m.g.N))
+			raw := make([]byte, 4*64)
+			if err := e.d.Read(raw, e.ctl, 0); err != nil {
+				t.Fatal(err)
+			}
+			doneW, errW := binary.LittleEndian.Uint32(raw[4*done:]), binary.LittleEndian.Uint32(raw[4*(done+1):])
+			written := 0
+			for _, v := range got {
+				if !isPoison(v) {
+					written++
+				}
+			}
+			if c.rec == c.launchAs {
+				if doneW != 0 || errW != 0 || written != len(got) {
+					t.Fatalf("matching launch: done %d, error %d, %d of %d outputs written; want 0, 0, all", doneW, errW, written, len(got))
+				}
+				return
+			}
+			if doneW != 1 || errW != kernels.GuardBLMCluster || written != 0 {
+				t.Fatalf("done %d, error %d, %d outputs written; want 1, %d (GuardBLMCluster), none", doneW, errW, written, kernels.GuardBLMCluster)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 
+	"lithos/kernels"
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
 	"lithos/runtime/model/goldentest"
@@ -52,6 +53,24 @@ func relErr(got, want []float32) float64 {
 func TestSessionGoldens(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		t.Run(name, func(t *testing.T) { testSessionGoldens(t, name) })
+	}
+}
+
+// TestSessionGoldensClusters: TestSessionGoldens and TestSpecGreedyGoldens of model b with every
+// BLM product in the cluster split (kernels.BLMClusterMinK lowered to 0: the golden models' K =
+// 256 keeps them out of clusters otherwise), on a device that launches clusters.
+func TestSessionGoldensClusters(t *testing.T) {
+	if e := newOpEnv(t, 1); !e.clusters() {
+		t.Skip("the device launches no thread-block clusters")
+	}
+	old := kernels.BLMClusterMinK
+	kernels.BLMClusterMinK = 0
+	t.Cleanup(func() { kernels.BLMClusterMinK = old })
+	testSessionGoldens(t, "b")
+	st := loadSpec(t, "b")
+	_, i32 := readGoldens(t, "b")
+	for _, T := range []int{11, 200} {
+		t.Run(fmt.Sprint("spec/prompt", T), func(t *testing.T) { specGolden(t, st, i32, T) })
 	}
 }
 
