@@ -51,6 +51,7 @@ type Session struct {
 	ctl       *Buffer     // step-state words
 	ctlHost   *HostBuffer // host staging of the step state and the per-chunk words
 	ringHost  *HostBuffer // the token ring, mapped: [RingCapacity] u64
+	stageHost *HostBuffer // snapshot copies' staging (snapshot.go), allocated on first use
 	eos       *Buffer
 	targets   *Buffer // i32 [MaxStepRows]
 	invFreq   *Buffer
@@ -549,6 +550,12 @@ var ErrDone = backend.ErrDone
 // Prefill implements backend.Session: the prompt in chunks of min(PrefillChunk, MaxStepRows)
 // rows, all queued before the one wait.
 func (s *Session) Prefill(ctx context.Context, prompt []int32) error {
+	return s.prefillRows(ctx, prompt, true)
+}
+
+// prefillRows is Prefill; without sample the last chunk, like the others, runs the program
+// without the LM head and with PrefillLeft 1 (commit the rows, sample nothing).
+func (s *Session) prefillRows(ctx context.Context, prompt []int32, sample bool) error {
 	ss := s.ss
 	if s.closed {
 		return errors.New("session: closed")
@@ -573,6 +580,9 @@ func (s *Session) Prefill(ctx context.Context, prompt []int32) error {
 		}
 		rows := prompt[i*chunk : min((i+1)*chunk, len(prompt))]
 		left := steps - 1 - i
+		if !sample {
+			left = max(left, 1)
+		}
 		p, err := s.prefillProgram(len(rows), left == 0)
 		if err != nil {
 			return err
@@ -708,6 +718,7 @@ func (s *Session) Close() error {
 	}
 	s.ctlHost.Free()
 	s.ringHost.Free()
+	s.stageHost.Free()
 	if s.s == nil {
 		return nil
 	}

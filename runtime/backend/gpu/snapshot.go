@@ -1,0 +1,291 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"lithos/runtime/backend"
+)
+
+// The optional session capabilities of the contract (runtime/backend: Snapshotter,
+// NoSamplePrefiller, Resetter), which let a server keep prefix checkpoints of GPU sessions
+// (docs/serving.md §4): the same semantics as the CPU backend's (runtime/backend/cpu).
+var (
+	_ backend.Snapshotter       = (*Session)(nil)
+	_ backend.NoSamplePrefiller = (*Session)(nil)
+	_ backend.Resetter          = (*Session)(nil)
+)
+
+// snapshotStage is the pinned staging buffer a session copies snapshots through (bytes):
+// copies go in chunks of this size, each awaited before the next reuses it.
+const snapshotStage = 32 << 20
+
+// Snapshot is a GPU session's saved committed state (backend.Snapshot), in host memory: per
+// GDN layer the committed slot (Step & 1) of its recurrent state ([VHeads, KDim, VDim] f32) and
+// of its conv state ([ConvKernel − 1, ConvDim] f32), per attention layer the K and V cache rows
+// [0, Position) ([Position, KVHeads·HeadDim] f32), the step count and Position, and with a
+// drafter its context K/V rows [0, DraftContext) per draft layer. Memory: Bytes().
+type Snapshot struct {
+	t        *Target
+	d        *DSpark // the drafter whose context rows ctxK/ctxV hold; nil: none
+	pos      int
+	step     uint32
+	draftCtx int
+
+	gdn, conv, k, v, ctxK, ctxV [][]byte
+}
+
+// Position returns the tokens the saved state has consumed.
+func (sn *Snapshot) Position() int { return sn.pos }
+
+// Bytes returns the host memory the copy holds (bytes).
+func (sn *Snapshot) Bytes() int64 {
+	var n int64
+	for _, l := range [][][]byte{sn.gdn, sn.conv, sn.k, sn.v, sn.ctxK, sn.ctxV} {
+		for _, b := range l {
+			n += int64(len(b))
+		}
+	}
+	return n
+}
+
+// stage returns the session's staging buffer, allocating it on first use.
+func (s *Session) stage() (*HostBuffer, error) {
+	if s.stageHost == nil {
+		h, err := s.d.HostAlloc(snapshotStage, false)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot staging buffer: %w", err)
+		}
+		s.stageHost = h
+	}
+	return s.stageHost, nil
+}
+
+// copyOut copies len(dst) bytes of src from byte off into dst through the staging buffer.
+func (s *Session) copyOut(dst []byte, src *Buffer, off int64) error {
+	st, err := s.stage()
+	if err != nil {
+		return err
+	}
+	for done := 0; done < len(dst); {
+		n := min(len(dst)-done, len(st.Bytes))
+		if err := s.s.CopyDtoH(st, 0, src, off+int64(done), int64(n)); err != nil {
+			return err
+		}
+		if err := s.s.Wait(0); err != nil {
+			return err
+		}
+		copy(dst[done:done+n], st.Bytes[:n])
+		done += n
+	}
+	return nil
+}
+
+// copyIn copies src into dst from byte off through the staging buffer.
+func (s *Session) copyIn(dst *Buffer, off int64, src []byte) error {
+	st, err := s.stage()
+	if err != nil {
+		return err
+	}
+	for done := 0; done < len(src); {
+		n := copy(st.Bytes, src[done:])
+		if err := s.s.CopyHtoD(dst, off+int64(done), st, 0, int64(n)); err != nil {
+			return err
+		}
+		if err := s.s.Wait(0); err != nil {
+			return err
+		}
+		done += n
+	}
+	return nil
+}
+
+// Snapshot copies the session's committed state into host memory (backend.Snapshotter): the
+// session idle between calls (every call ends synchronised), so the host's step state names
+// Position, the step count and DraftContext. Errors: a closed session, a device error during a
+// copy (the session is unchanged either way).
+func (s *Session) Snapshot() (backend.Snapshot, error) {
+	if s.closed {
+		return nil, errors.New("session snapshot: closed")
+	}
+	ss := s.ss
+	c := &s.t.Cfg
+	sn := &Snapshot{t: s.t, pos: int(ss.Position), step: ss.Step}
+	slot := int64(ss.Step & 1)
+	half := func(b *Buffer) ([]byte, int64) { n := b.Size / 2; return make([]byte, n), slot * n }
+	for _, l := range []struct {
+		src []*Buffer
+		dst *[][]byte
+	}{{s.gdnState, &sn.gdn}, {s.convState, &sn.conv}} {
+		for _, b := range l.src {
+			buf, off := half(b)
+			if err := s.copyOut(buf, b, off); err != nil {
+				return nil, fmt.Errorf("%s: session snapshot: %w", s.pfx, err)
+			}
+			*l.dst = append(*l.dst, buf)
+		}
+	}
+	rows := func(src []*Buffer, n int, width int, dst *[][]byte) error {
+		for _, b := range src {
+			buf := make([]byte, 4*int64(n)*int64(width))
+			if err := s.copyOut(buf, b, 0); err != nil {
+				return err
+			}
+			*dst = append(*dst, buf)
+		}
+		return nil
+	}
+	kvd := c.KVHeads * c.HeadDim
+	if err := rows(s.kc, sn.pos, kvd, &sn.k); err != nil {
+		return nil, fmt.Errorf("%s: session snapshot: %w", s.pfx, err)
+	}
+	if err := rows(s.vc, sn.pos, kvd, &sn.v); err != nil {
+		return nil, fmt.Errorf("%s: session snapshot: %w", s.pfx, err)
+	}
+	if sp := s.spec; sp != nil {
+		dc := &sp.d.Cfg
+		sn.d, sn.draftCtx = sp.d, int(ss.DraftContext)
+		dkv := dc.KVHeads * dc.HeadDim
+		if err := rows(sp.ctxK, sn.draftCtx, dkv, &sn.ctxK); err != nil {
+			return nil, fmt.Errorf("%s: session snapshot: drafter context: %w", s.pfx, err)
+		}
+		if err := rows(sp.ctxV, sn.draftCtx, dkv, &sn.ctxV); err != nil {
+			return nil, fmt.Errorf("%s: session snapshot: drafter context: %w", s.pfx, err)
+		}
+	}
+	return sn, nil
+}
+
+// Restore makes the session's state a copy of snap (backend.Snapshotter): the GDN and conv
+// states into the slot the snapshot's step count names, the KV rows [0, Position), the
+// drafter's context rows, and the step state as the CPU backend's Restore leaves it (Step and
+// Position the snapshot's, DraftContext its context rows with a drafter and 0 without; Rows,
+// Committed, Accepted, DraftLen, PrefillLeft, Done, Error and StopAt cleared; no anchor; the
+// ring empty, RingTail = RingHead; the seed words and RoundStats kept). A snapshot taken with
+// a drafter restores into a session without one. Errors, the session unchanged: a closed
+// session, a snapshot of another backend or another loaded target, more positions than the
+// capacity, a session with a drafter and a snapshot without that drafter's context. A device
+// error during the copies leaves the session's state undefined: the error says so, and the
+// session must be Reset or closed.
+func (s *Session) Restore(snap backend.Snapshot) error {
+	if s.closed {
+		return errors.New("session restore: closed")
+	}
+	sn, ok := snap.(*Snapshot)
+	if !ok || sn == nil {
+		return fmt.Errorf("session restore: %T is not a GPU session snapshot", snap)
+	}
+	if sn.t != s.t {
+		return errors.New("session restore: the snapshot was taken from a session of another loaded target")
+	}
+	if sn.pos > s.opt.Capacity {
+		return fmt.Errorf("session restore: the snapshot holds %d positions, the session's context is %d", sn.pos, s.opt.Capacity)
+	}
+	sp := s.spec
+	if sp != nil {
+		if sn.d == nil {
+			return errors.New("session restore: the snapshot holds no drafter context (taken from a session without a drafter)")
+		}
+		if sn.d != sp.d {
+			return errors.New("session restore: the snapshot's drafter context is of another draft head")
+		}
+		if sn.draftCtx > s.opt.Capacity {
+			return fmt.Errorf("session restore: the snapshot holds %d drafter context rows, the session's context is %d", sn.draftCtx, s.opt.Capacity)
+		}
+	}
+	if len(sn.gdn) != len(s.gdnState) || len(sn.conv) != len(s.convState) || len(sn.k) != len(s.kc) || len(sn.v) != len(s.vc) {
+		return errors.New("session restore: the snapshot's layers are not this target's")
+	}
+	undefined := func(err error) error {
+		return fmt.Errorf("%s: session restore: %w (the session's state is now undefined: Reset or close it)", s.pfx, err)
+	}
+	slot := int64(sn.step & 1)
+	for _, l := range []struct {
+		dst []*Buffer
+		src [][]byte
+	}{{s.gdnState, sn.gdn}, {s.convState, sn.conv}} {
+		for i, b := range l.dst {
+			if err := s.copyIn(b, slot*(b.Size/2), l.src[i]); err != nil {
+				return undefined(err)
+			}
+		}
+	}
+	for _, l := range []struct {
+		dst []*Buffer
+		src [][]byte
+	}{{s.kc, sn.k}, {s.vc, sn.v}} {
+		for i, b := range l.dst {
+			if err := s.copyIn(b, 0, l.src[i]); err != nil {
+				return undefined(err)
+			}
+		}
+	}
+	if sp != nil {
+		for _, l := range []struct {
+			dst []*Buffer
+			src [][]byte
+		}{{sp.ctxK, sn.ctxK}, {sp.ctxV, sn.ctxV}} {
+			for i, b := range l.dst {
+				if err := s.copyIn(b, 0, l.src[i]); err != nil {
+					return undefined(err)
+				}
+			}
+		}
+	}
+	ss := s.ss
+	ss.Step, ss.Position = sn.step, uint32(sn.pos)
+	ss.Rows, ss.Committed, ss.Accepted, ss.DraftLen, ss.PrefillLeft = 0, 0, 0, 0, 0
+	ss.Anchor = -1
+	ss.Done, ss.Error, ss.StopAt = 0, backend.ErrNone, 0
+	ss.RingTail = ss.RingHead
+	ss.DraftContext = 0
+	if sp != nil {
+		ss.DraftContext = uint32(sn.draftCtx)
+	}
+	return nil
+}
+
+// PrefillNoSample is Prefill without the sample of the last chunk (backend.NoSamplePrefiller):
+// every chunk, the last included, runs the prefill program without the LM head with
+// PrefillLeft ≥ 1, so the rows are committed and nothing goes to the ring; Anchor is −1 after.
+func (s *Session) PrefillNoSample(ctx context.Context, prompt []int32) error {
+	if err := s.prefillRows(ctx, prompt, false); err != nil {
+		return err
+	}
+	s.ss.Anchor = -1
+	return nil
+}
+
+// Reset empties the sequence in the session's own buffers (backend.Resetter): zero GDN and conv
+// states (both slots), the step state as NewSession made it (seed words from the options, no
+// anchor), the ring and its device mirror cleared, RoundStats and the round's device counters
+// zero, the drafter's context empty (DraftContext 0; its rows are overwritten as the sequence
+// grows). Errors: a closed session, a device error (the session must then be closed).
+func (s *Session) Reset() error {
+	if s.closed {
+		return errors.New("session reset: closed")
+	}
+	for _, l := range [][]*Buffer{s.gdnState, s.convState} {
+		for _, b := range l {
+			if err := s.s.Fill32(b, 0, b.Size/4, 0); err != nil {
+				return fmt.Errorf("%s: session reset: %w", s.pfx, err)
+			}
+		}
+	}
+	if sp := s.spec; sp != nil {
+		if err := s.s.Fill32(sp.stats, 0, sp.stats.Size/4, 0); err != nil {
+			return fmt.Errorf("%s: session reset: %w", s.pfx, err)
+		}
+	}
+	if err := s.s.Wait(0); err != nil {
+		return fmt.Errorf("%s: session reset: %w", s.pfx, err)
+	}
+	tmax := len(s.ss.Pending)
+	*s.ss = *backend.NewStepState(tmax, s.opt.Sampling.Seed)
+	s.ss.Anchor = -1
+	s.ring.Reset()
+	clear(s.ringHost.Bytes)
+	s.stats = backend.RoundStats{}
+	return nil
+}
