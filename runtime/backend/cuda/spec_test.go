@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"lithos/pack"
@@ -502,5 +503,103 @@ func TestSpecStops(t *testing.T) {
 			t.Logf("%s: %d tokens, error %d, position %d; %d rounds, %d single rows, drafted %v", c.name, len(toks[0]), g.Error, g.Position,
 				stats[0].Rounds, stats[0].PlainSteps, stats[0].Drafted)
 		})
+	}
+}
+
+// TestSpecSnapshot: prefix checkpoints of GPU sessions with the trained tiny pair's drafter
+// (runtime/backend/gpu/snapshot.go): a state saved after a no-sample prefill of part of the
+// prompt, and one saved after two speculative rounds, restored into new sessions with the
+// drafter (its context rows restored too) go on to transformers' greedy tokens, as the
+// uninterrupted speculative run does (TestSpecTinyPair); a session without a drafter takes
+// the drafter's snapshot; a drafter session refuses a snapshot without context rows.
+func TestSpecSnapshot(t *testing.T) {
+	gdir := filepath.Join("..", "..", "..", "testdata", "goldens", "tinypair")
+	_, i32 := goldentest.ReadTensors(t, filepath.Join(gdir, "goldens.safetensors"))
+	st := loadSpec(t, "pair-bf16")
+	prompt, want := i32["prompt"], i32["greedy"]
+	n := len(want)
+	opt := backend.SessionOptions{Capacity: len(prompt) + n + 16, Sampling: greedySampling, Drafter: st.gpuDraft}
+	open := func(opt backend.SessionOptions) backend.Session {
+		s, err := st.gpu.NewSession(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	// goOn prefills rest and decodes until the ring holds n tokens in all (have already out).
+	goOn := func(s backend.Session, rest []int32, have, n int) []int32 {
+		t.Helper()
+		ss := s.State()
+		ss.StopAt = ss.RingHead + uint32(n-have)
+		if err := s.Prefill(t.Context(), rest); err != nil {
+			t.Fatal(err)
+		}
+		for ss.Done == 0 {
+			if err := s.Decode(t.Context(), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ss.Error != 0 {
+			t.Fatalf("session error %d", ss.Error)
+		}
+		return drain(s)
+	}
+	k := len(prompt) - 5
+	a := open(opt)
+	if err := a.(backend.NoSamplePrefiller).PrefillNoSample(t.Context(), prompt[:k]); err != nil {
+		t.Fatal(err)
+	}
+	sn, err := a.(backend.Snapshotter).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := goOn(a, prompt[k:], 0, n); !slices.Equal(got, want) {
+		t.Fatalf("after a no-sample prefill of %d rows: %v, want %v", k, got, want)
+	}
+	for _, o := range []backend.SessionOptions{opt, {Capacity: opt.Capacity, Sampling: greedySampling}} {
+		s := open(o)
+		if err := s.(backend.Snapshotter).Restore(sn); err != nil {
+			t.Fatal(err)
+		}
+		if got := goOn(s, prompt[k:], 0, n); !slices.Equal(got, want) {
+			t.Fatalf("restored (drafter %v): %v, want %v", o.Drafter != nil, got, want)
+		}
+	}
+	// After two rounds: the last token out is the anchor, fed again after Restore.
+	m := open(opt)
+	ms := m.State()
+	if err := m.Prefill(t.Context(), prompt); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Decode(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	got := drain(m)
+	if len(got) < 3 || ms.Done != 0 || !slices.Equal(got, want[:len(got)]) {
+		t.Fatalf("two rounds: %v (done %d), want a prefix of %v", got, ms.Done, want)
+	}
+	sm, err := m.(backend.Snapshotter).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := open(opt)
+	if err := r.(backend.Snapshotter).Restore(sm); err != nil {
+		t.Fatal(err)
+	}
+	if tail := goOn(r, got[len(got)-1:], len(got), n); !slices.Equal(append(slices.Clone(got), tail...), want) {
+		t.Fatalf("restored after two rounds: %v + %v, want %v", got, tail, want)
+	}
+	// A snapshot without context rows into a session with the drafter: refused.
+	p := open(backend.SessionOptions{Capacity: opt.Capacity, Sampling: greedySampling})
+	if err := p.(backend.NoSamplePrefiller).PrefillNoSample(t.Context(), prompt[:k]); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := p.(backend.Snapshotter).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := open(opt).(backend.Snapshotter).Restore(sp); err == nil || !strings.Contains(err.Error(), "no drafter context") {
+		t.Fatalf("restore of a snapshot without context rows into a drafter session: %v", err)
 	}
 }
