@@ -132,6 +132,36 @@ func TestSnapshots(t *testing.T) {
 	}
 }
 
+// TestSnapshotRestoreFails: when a Restore fails (a GPU session's can fail after it began
+// copying, its state then undefined), the engine closes that session and answers from a new
+// one: the same answer a server without checkpoints gives, no cached tokens, and every opened
+// session closed or held.
+func TestSnapshotRestoreFails(t *testing.T) {
+	script := func(h string) string { return fmt.Sprintf("%s has %d bytes before it", lastUser(h), len(h)) }
+	snap := newTestServer(t, Options{Checkpoints: 4}, func(ft *fakeTarget) { ft.Script, ft.Snapshots, ft.FailRestore = script, true, true })
+	fresh := newTestServer(t, Options{Checkpoints: -1}, func(ft *fakeTarget) { ft.Script = script })
+	sys := `{"role":"system","content":"You are a careful assistant."}`
+	ask := func(ts *testServer, user string) (string, float64) {
+		code, _, body := ts.post(t, "/v1/chat/completions", `{"model":"tiny","messages":[`+sys+`,{"role":"user","content":"`+user+`"}]}`)
+		if code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+		m := obj(t, string(body))
+		return path(m, "choices", 0, "message", "content").(string), path(m, "usage", "prompt_tokens_details", "cached_tokens").(float64)
+	}
+	for _, user := range []string{"first question", "second question"} {
+		got, cached := ask(snap, user)
+		want, _ := ask(fresh, user)
+		if got != want || cached != 0 {
+			t.Fatalf("%s: %q (cached %v) with a failing restore, %q fresh", user, got, cached, want)
+		}
+	}
+	n := snap.ft.Counts()
+	if n.Restores != 0 || n.Sessions-n.Closed > 4 {
+		t.Fatalf("counts %+v: want no restore and at most the 4 checkpoints held", n)
+	}
+}
+
 // metric returns the value of an unlabelled metric in ts's exposition.
 func metric(t *testing.T, ts *testServer, name string) string {
 	t.Helper()

@@ -368,7 +368,13 @@ func (e *engine) acquire(j *job) (backend.Session, []int32, error) {
 	}
 	if sn, ok := sess.(backend.Snapshotter); ok && best != nil {
 		if err := sn.Restore(best.snap); err != nil {
+			// A GPU session's Restore can fail after it began copying (its state is then
+			// undefined): start over in a new session rather than trust it.
 			e.log.Warn("checkpoint not restored", "position", len(best.tokens), "err", err)
+			sess.Close()
+			if sess, err = e.target.NewSession(e.sessionOptions(j.params)); err != nil {
+				return nil, nil, err
+			}
 		} else {
 			e.clock++
 			best.used = e.clock
@@ -386,10 +392,15 @@ func (e *engine) newSession(p sample.Params) (backend.Session, error) {
 	if sess := e.recycle(keyOf(p)); sess != nil {
 		return sess, nil
 	}
-	return e.target.NewSession(backend.SessionOptions{
+	return e.target.NewSession(e.sessionOptions(p))
+}
+
+// sessionOptions are the options of the engine's sessions for sampling parameters p.
+func (e *engine) sessionOptions(p sample.Params) backend.SessionOptions {
+	return backend.SessionOptions{
 		Capacity: e.context, PrefillChunk: e.prefillChunk, Sampling: p, EOS: e.eos, Drafter: e.draft,
 		DraftSampling: e.draftSamp, ConfidenceStop: e.confStop,
-	})
+	}
 }
 
 // recycle reuses the buffers of the checkpoint that parking a new session would evict: when

@@ -62,6 +62,15 @@ func (d *DSpark) TapLayers() []int { return d.Cfg.TapLayers }
 // BlockSize returns the head's block_size.
 func (d *DSpark) BlockSize() int { return d.Cfg.BlockSize }
 
+// StateBytes is the device memory of a session's drafter context caches at capacity positions
+// (bytes): per draft layer K and V rows of KVHeads·HeadDim float32 for capacity + BlockSize
+// positions (the block's own rows past the context). runtime/serve counts it in a parked
+// session's cost, as cpu.DSpark.StateBytes.
+func (d *DSpark) StateBytes(capacity int) int64 {
+	c := &d.Cfg
+	return int64(c.Layers) * 2 * int64(capacity+c.BlockSize) * int64(c.KVHeads*c.HeadDim) * 4
+}
+
 // NewProposer returns an error: the head drafts on the device, inside a GPU session's round.
 func (d *DSpark) NewProposer(int) (backend.Proposer, error) {
 	return nil, fmt.Errorf("%s: the DSpark head drafts inside a %s session's device round (pass it in SessionOptions.Drafter); it has no host proposer", d.t.pfx, d.t.Device.Name())

@@ -568,6 +568,9 @@ func (s *Session) prefillRows(ctx context.Context, prompt []int32, sample bool) 
 	}
 	chunk := min(s.opt.PrefillChunk, MaxStepRows)
 	steps := (len(prompt) + chunk - 1) / chunk
+	if !sample {
+		ss.Anchor = -1 // what the chunks commit follows the sequence; nothing is left to feed
+	}
 	if err := s.PushState(); err != nil {
 		return err
 	}

@@ -62,6 +62,20 @@ func (s *Session) stage() (*HostBuffer, error) {
 	return s.stageHost, nil
 }
 
+// waitCopy waits for a staging copy. When the wait says the device may still be running
+// (ErrDeviceBusy), the copy may still target the staging buffer: it is dropped without being
+// freed (leaked, as Close keeps buffers then) and the Target told, as LastLogits does.
+func (s *Session) waitCopy() error {
+	err := s.s.Wait(0)
+	if errors.Is(err, ErrDeviceBusy) {
+		s.stageHost = nil
+		if s.t != nil {
+			s.t.markBusy(err)
+		}
+	}
+	return err
+}
+
 // copyOut copies len(dst) bytes of src from byte off into dst through the staging buffer.
 func (s *Session) copyOut(dst []byte, src *Buffer, off int64) error {
 	st, err := s.stage()
@@ -73,7 +87,7 @@ func (s *Session) copyOut(dst []byte, src *Buffer, off int64) error {
 		if err := s.s.CopyDtoH(st, 0, src, off+int64(done), int64(n)); err != nil {
 			return err
 		}
-		if err := s.s.Wait(0); err != nil {
+		if err := s.waitCopy(); err != nil {
 			return err
 		}
 		copy(dst[done:done+n], st.Bytes[:n])
@@ -93,7 +107,7 @@ func (s *Session) copyIn(dst *Buffer, off int64, src []byte) error {
 		if err := s.s.CopyHtoD(dst, off+int64(done), st, 0, int64(n)); err != nil {
 			return err
 		}
-		if err := s.s.Wait(0); err != nil {
+		if err := s.waitCopy(); err != nil {
 			return err
 		}
 		done += n
@@ -197,6 +211,10 @@ func (s *Session) Restore(snap backend.Snapshot) error {
 	if len(sn.gdn) != len(s.gdnState) || len(sn.conv) != len(s.convState) || len(sn.k) != len(s.kc) || len(sn.v) != len(s.vc) {
 		return errors.New("session restore: the snapshot's layers are not this target's")
 	}
+	// The staging buffer first: failing to allocate it changes nothing.
+	if _, err := s.stage(); err != nil {
+		return fmt.Errorf("%s: session restore: %w", s.pfx, err)
+	}
 	undefined := func(err error) error {
 		return fmt.Errorf("%s: session restore: %w (the session's state is now undefined: Reset or close it)", s.pfx, err)
 	}
@@ -250,11 +268,7 @@ func (s *Session) Restore(snap backend.Snapshot) error {
 // every chunk, the last included, runs the prefill program without the LM head with
 // PrefillLeft ≥ 1, so the rows are committed and nothing goes to the ring; Anchor is −1 after.
 func (s *Session) PrefillNoSample(ctx context.Context, prompt []int32) error {
-	if err := s.prefillRows(ctx, prompt, false); err != nil {
-		return err
-	}
-	s.ss.Anchor = -1
-	return nil
+	return s.prefillRows(ctx, prompt, false)
 }
 
 // Reset empties the sequence in the session's own buffers (backend.Resetter): zero GDN and conv
@@ -281,8 +295,10 @@ func (s *Session) Reset() error {
 	if err := s.s.Wait(0); err != nil {
 		return fmt.Errorf("%s: session reset: %w", s.pfx, err)
 	}
-	tmax := len(s.ss.Pending)
-	*s.ss = *backend.NewStepState(tmax, s.opt.Sampling.Seed)
+	pending := s.ss.Pending
+	clear(pending)
+	*s.ss = *backend.NewStepState(0, s.opt.Sampling.Seed)
+	s.ss.Pending = pending
 	s.ss.Anchor = -1
 	s.ring.Reset()
 	clear(s.ringHost.Bytes)

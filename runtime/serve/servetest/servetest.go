@@ -43,6 +43,9 @@ type Target struct {
 	// Snapshots makes sessions implement backend.Snapshotter; Resets makes them implement
 	// backend.Resetter (ignored with Snapshots).
 	Snapshots, Resets bool
+	// FailRestore makes Restore fail after it has scrambled the session's history, as a GPU
+	// session's Restore that fails mid-copy leaves its state undefined.
+	FailRestore bool
 	// Gate, when set, makes every decode step take one value from it first (a test releases
 	// steps one by one); GateRun, when set too, gets a value before each step waits on Gate
 	// (a test learns that a step is running). A cancelled ctx ends either wait.
@@ -264,6 +267,9 @@ func (s *snapSession) Restore(sn backend.Snapshot) error {
 		return fmt.Errorf("servetest: restore of a %T, not a servetest snapshot", sn)
 	case len(f.hist) > s.opt.Capacity:
 		return fmt.Errorf("servetest: snapshot of %d tokens exceeds the capacity %d", len(f.hist), s.opt.Capacity)
+	case s.t.FailRestore:
+		s.hist = append(slices.Clone(f.hist[:len(f.hist)/2]), 1, 2, 3)
+		return errors.New("servetest: restore failed after it began (state undefined)")
 	}
 	s.t.add(func(c *Counts) { c.Restores++ })
 	s.hist = slices.Clone(f.hist)
