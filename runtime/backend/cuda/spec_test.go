@@ -557,13 +557,25 @@ func TestSpecSnapshot(t *testing.T) {
 	if got := goOn(a, prompt[k:], 0, n); !slices.Equal(got, want) {
 		t.Fatalf("after a no-sample prefill of %d rows: %v, want %v", k, got, want)
 	}
+	// The drafter's context is checked through its work: with it restored, the restored
+	// session's rounds accept exactly the drafts a's did (tokens alone would not show a wrong
+	// context: greedy rounds emit the target's tokens whatever the drafts).
+	counts := func(st backend.RoundStats) string {
+		return fmt.Sprint(st.Rounds, st.PlainSteps, st.Committed, st.Drafted, st.Accepted)
+	}
 	for _, o := range []backend.SessionOptions{opt, {Capacity: opt.Capacity, Sampling: greedySampling}} {
 		s := open(o)
 		if err := s.(backend.Snapshotter).Restore(sn); err != nil {
 			t.Fatal(err)
 		}
+		if st := s.State(); o.Drafter != nil && (st.DraftContext != st.Position || st.Position != uint32(k)) {
+			t.Fatalf("after Restore: position %d, draft context %d; want %d, %d", st.Position, st.DraftContext, k, k)
+		}
 		if got := goOn(s, prompt[k:], 0, n); !slices.Equal(got, want) {
 			t.Fatalf("restored (drafter %v): %v, want %v", o.Drafter != nil, got, want)
+		}
+		if o.Drafter != nil && counts(s.Stats()) != counts(a.Stats()) || a.Stats().Rounds == 0 {
+			t.Fatalf("restored session's rounds %s, the uninterrupted session's %s", counts(s.Stats()), counts(a.Stats()))
 		}
 	}
 	// After two rounds: the last token out is the anchor, fed again after Restore.
