@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# bench27b.sh: the 27B-shaped bundle's measurements of docs/performance.md §8.2, in one device
+# call. On the Go machine build the two binaries into a folder the call carries:
+#   mkdir -p .carry2 && for c in lithos-pack lithos-run; do
+#     CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /tmp/$c ./cmd/$c && xz -c /tmp/$c > .carry2/$c.xz; done
+# then on the GPU machine, from the repository root:
+#   BIN=.carry2 OUT=$OUT tools/bench27b.sh
+# It synthesizes the 27B-shaped target (random weights in the real formats) and its DSpark head,
+# packs them (~50 s; kept in /tmp/w while the machine lives), runs `lithos-run bench` with the
+# BLM kernels' thread-block clusters on and off (MODES="on off"; LITHOS_CUDA_CLUSTERS=0 is off),
+# optionally the first-use self-check of --backend auto (SELFCHECK=1), and Nsight Compute's
+# per-kernel durations of a speculative generate (NCU=1; ncu.csv.gz in $OUT, summed per kernel
+# and grid as in §8.2). Results: $OUT/bench-<mode>.json, one summary line per mode.
+set -u
+BIN=${BIN:-.carry2}
+OUT=${OUT:-/tmp/bench27b}
+mkdir -p "$OUT"
+W=/tmp/w
+mkdir -p $W
+for c in lithos-pack lithos-run; do
+  if [ -f "$BIN/$c.xz" ]; then xz -dc "$BIN/$c.xz" >$W/$c; else cp "$BIN/$c" $W/$c; fi
+  chmod +x $W/$c
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+cd $W
+if [ ! -f q.lithos ]; then
+  ./lithos-pack synth --random qwen3.8-27b-nvfp4 --text-only -o T >/dev/null 2>&1 || echo synth T failed
+  ./lithos-pack synth --random dspark-qwen3.8-27b-bf16 -o H >/dev/null 2>&1 || echo synth H failed
+  ./lithos-pack pack T --draft H -o q.lithos >/dev/null 2>&1 || echo pack failed
+  rm -rf T H
+fi
+for mode in ${MODES:-on off}; do
+  if [ "$mode" = off ]; then export LITHOS_CUDA_CLUSTERS=0; else unset LITHOS_CUDA_CLUSTERS; fi
+  ./lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 --json >"$OUT/bench-$mode.json" 2>"$OUT/bench-$mode.err"
+  python3 -c "
+import json; d=json.load(open('$OUT/bench-$mode.json')); p=d['plain']; ss=d['speculative']['speculative']
+print('$mode', 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'prefill %.0f'%p['prefill_tok_per_s'], 'draft %.2f verify %.2f ms'%(ss['draft_ms_per_round'],ss['verify_ms_per_round']), 'identical', d.get('identical'), 'floor', round(d['read_gb_per_s']))"
+done
+unset LITHOS_CUDA_CLUSTERS
+if [ "${SELFCHECK:-0}" = 1 ]; then
+  LITHOS_SELFCHECK=force ./lithos-run generate q.lithos --prompt-ids 1,2,3 --max-tokens 4 --json >"$OUT/selfcheck.json" 2>"$OUT/selfcheck.err"
+  echo "selfcheck+generate rc=$?"
+  grep -i "self-check" "$OUT/selfcheck.err" | tail -3
+fi
+if [ "${NCU:-0}" = 1 ]; then
+  timeout 300 ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+    ./lithos-run generate q.lithos --backend cuda --prompt-ids 1,2,3,4,5,6,7,8,9,10,11 --max-tokens 2 --context 512 \
+    >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+  tail -2 "$OUT/ncu.err"
+  gzip -9f "$OUT/ncu.csv"
+fi
