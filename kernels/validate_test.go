@@ -234,7 +234,6 @@ func TestValidateRules(t *testing.T) {
 		{"blm parts 3", mut(bl, func(p *BLMParams) { p.Parts = 3 }), "BLMParams.Parts: is 3"},
 		{"blm clusters 0 (one)", mut(bl, func(p *BLMParams) { p.Clusters = 0 }), ""},
 		{"blm clusters 9", mut(bl, func(p *BLMParams) { p.Clusters = 9 }), "BLMParams.Clusters: is 9, want 0 to 8"},
-		{"rmsnorm rows 0 tokens", mut(rms, func(p *RMSNormParams) { p.Rows, p.Tokens, p.LdYT = 0, 2, 8 }), "RMSNormParams.Rows: is 0"},
 		{"blm cluster split ok", bl.WithClusters(), ""},
 		{"blm parts 8", mut(bl, func(p *BLMParams) { p.Parts = 8 }), "BLMParams.Parts: is 8"},
 		{"blm parts 0", mut(bl, func(p *BLMParams) { p.Parts = 0 }), "BLMParams.Parts: is 0"},
@@ -430,6 +429,20 @@ func TestBLMClusterSplit(t *testing.T) {
 			if gr, cd := p.Grid(), p.ClusterDims(); gr != [3]uint32{c.groups * c.split[2], 1, 1} || cd != [3]uint32{c.split[2], 1, 1} {
 				t.Errorf("%s: grid %v in clusters %v, want %d clusters of %d", c.name, gr, cd, c.groups, c.split[2])
 			}
+		}
+	}
+}
+
+// TestValidateTokensRowsZero: with Rows 0 and Tokens > 1 the records report Rows alone — the
+// token overlap rule does not wrap (Rows − 1) into a huge minimum stride.
+func TestValidateTokensRowsZero(t *testing.T) {
+	for _, rec := range []interface{ Validate() error }{
+		RMSNormParams{DoneWord: NoWord, Rows: 0, RowsWord: NoWord, Groups: 1, N: 8, LdX: 8, LdZ: 8, LdY: 8, Tokens: 2, LdXT: 8, LdZT: 8, LdYT: 8},
+		EwiseParams{DoneWord: NoWord, Rows: 0, RowsWord: NoWord, N: 8, LdA: 8, LdB: 8, LdY: 8, Tokens: 2, LdAT: 8, LdBT: 8, LdYT: 8},
+	} {
+		err := rec.Validate()
+		if err == nil || !strings.Contains(err.Error(), "Rows: is 0") || strings.Contains(err.Error(), "LdYT") {
+			t.Errorf("%T with Rows 0, Tokens 2: %v; want the Rows error alone", rec, err)
 		}
 	}
 }

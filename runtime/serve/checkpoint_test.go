@@ -94,14 +94,7 @@ func TestSnapshots(t *testing.T) {
 	snap := newTestServer(t, Options{Checkpoints: 4}, func(ft *fakeTarget) { ft.Script, ft.Snapshots = script, true })
 	fresh := newTestServer(t, Options{Checkpoints: -1}, func(ft *fakeTarget) { ft.Script = script })
 	sys := `{"role":"system","content":"You are a careful assistant."}`
-	ask := func(ts *testServer, user string) (string, int) {
-		code, _, body := ts.post(t, "/v1/chat/completions", `{"model":"tiny","messages":[`+sys+`,{"role":"user","content":"`+user+`"}]}`)
-		if code != 200 {
-			t.Fatalf("%d %s", code, body)
-		}
-		m := obj(t, string(body))
-		return path(m, "choices", 0, "message", "content").(string), int(path(m, "usage", "prompt_tokens_details", "cached_tokens").(float64))
-	}
+	ask := func(ts *testServer, user string) (string, int) { return askWithSystem(t, ts, sys, user) }
 	sysTokens := countTokens(t, "<|im_start|>system\nYou are a careful assistant.<|im_end|>\n")
 	for i, user := range []string{"first question", "second question", "third one"} {
 		got, cached := ask(snap, user)
@@ -141,17 +134,9 @@ func TestSnapshotRestoreFails(t *testing.T) {
 	snap := newTestServer(t, Options{Checkpoints: 4}, func(ft *fakeTarget) { ft.Script, ft.Snapshots, ft.FailRestore = script, true, true })
 	fresh := newTestServer(t, Options{Checkpoints: -1}, func(ft *fakeTarget) { ft.Script = script })
 	sys := `{"role":"system","content":"You are a careful assistant."}`
-	ask := func(ts *testServer, user string) (string, float64) {
-		code, _, body := ts.post(t, "/v1/chat/completions", `{"model":"tiny","messages":[`+sys+`,{"role":"user","content":"`+user+`"}]}`)
-		if code != 200 {
-			t.Fatalf("%d %s", code, body)
-		}
-		m := obj(t, string(body))
-		return path(m, "choices", 0, "message", "content").(string), path(m, "usage", "prompt_tokens_details", "cached_tokens").(float64)
-	}
 	for _, user := range []string{"first question", "second question"} {
-		got, cached := ask(snap, user)
-		want, _ := ask(fresh, user)
+		got, cached := askWithSystem(t, snap, sys, user)
+		want, _ := askWithSystem(t, fresh, sys, user)
 		if got != want || cached != 0 {
 			t.Fatalf("%s: %q (cached %v) with a failing restore, %q fresh", user, got, cached, want)
 		}
@@ -160,6 +145,18 @@ func TestSnapshotRestoreFails(t *testing.T) {
 	if n.Restores != 0 || n.Sessions-n.Closed > 4 {
 		t.Fatalf("counts %+v: want no restore and at most the 4 checkpoints held", n)
 	}
+}
+
+// askWithSystem posts a chat completion of the system message sys (a JSON message object) and
+// one user message; it returns the answer and the prompt tokens served from a checkpoint.
+func askWithSystem(t *testing.T, ts *testServer, sys, user string) (string, int) {
+	t.Helper()
+	code, _, body := ts.post(t, "/v1/chat/completions", `{"model":"tiny","messages":[`+sys+`,{"role":"user","content":"`+user+`"}]}`)
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	m := obj(t, string(body))
+	return path(m, "choices", 0, "message", "content").(string), int(path(m, "usage", "prompt_tokens_details", "cached_tokens").(float64))
 }
 
 // metric returns the value of an unlabelled metric in ts's exposition.

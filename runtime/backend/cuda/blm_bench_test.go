@@ -190,7 +190,7 @@ func BenchmarkBLMShapes(b *testing.B) {
 			// cluster split the sessions take, then the others of BLMSplit's ladder (8 rows only).
 			splits := [][3]uint32{{p0.Parts, p0.WarpBlocks, 1}}
 			pc := p0.WithClusters()
-			if pc.Clusters > 1 && d.Info.Major >= 9 && d.Info.ClusterLaunch && drv.cuLaunchKernelEx.addr != 0 && emu == nil {
+			if pc.Clusters > 1 && d.LaunchesClusters() {
 				splits = append(splits, [3]uint32{pc.Parts, pc.WarpBlocks, pc.Clusters})
 			}
 			if rows == 8 {

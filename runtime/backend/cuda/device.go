@@ -51,6 +51,13 @@ type Info struct {
 	ClusterLaunch bool   // CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH: thread-block clusters (sm_90+)
 }
 
+// LaunchesClusters reports whether kernels can be launched in thread-block clusters here:
+// compute 9.0 or newer with CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, a driver with cuLaunchKernelEx,
+// and not the emulator (whose kernels are the Metal source, without cluster code).
+func (d *Device) LaunchesClusters() bool {
+	return d.Info.Major >= 9 && d.Info.ClusterLaunch && drv.cuLaunchKernelEx.addr != 0 && emu == nil
+}
+
 // Arch returns the NVRTC architecture of the device, "sm_" + major + minor (sm_90 on the H200).
 func (i Info) Arch() string { return "sm_" + strconv.Itoa(i.Major) + strconv.Itoa(i.Minor) }
 

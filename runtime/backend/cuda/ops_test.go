@@ -185,7 +185,7 @@ func (e *opEnv) clusterChoices() []bool {
 
 // clusters: the device launches thread-block clusters (as runtime.go's queue decides).
 func (e *opEnv) clusters() bool {
-	return emu == nil && drv.cuLaunchKernelEx.addr != 0 && e.d.Info.Major >= 9 && e.d.Info.ClusterLaunch
+	return e.d.LaunchesClusters()
 }
 
 func isPoison(v float32) bool { return math.Float32bits(v) == poison }

@@ -63,7 +63,7 @@ func (r *runtimeDevice) NewQueue() (gpu.Queue, error) {
 		return nil, err
 	}
 	q := &queue{s: s, ks: r.ks}
-	if r.d.Info.Major >= 9 && r.d.Info.ClusterLaunch && drv.cuLaunchKernelEx.addr != 0 && emu == nil && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0" {
+	if r.d.LaunchesClusters() && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0" {
 		q.maxCluster = kernels.BLMMaxClusters
 	}
 	return q, nil

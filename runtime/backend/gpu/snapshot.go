@@ -218,36 +218,25 @@ func (s *Session) Restore(snap backend.Snapshot) error {
 	undefined := func(err error) error {
 		return fmt.Errorf("%s: session restore: %w (the session's state is now undefined: Reset or close it)", s.pfx, err)
 	}
-	slot := int64(sn.step & 1)
-	for _, l := range []struct {
-		dst []*Buffer
-		src [][]byte
-	}{{s.gdnState, sn.gdn}, {s.convState, sn.conv}} {
-		for i, b := range l.dst {
-			if err := s.copyIn(b, slot*(b.Size/2), l.src[i]); err != nil {
-				return undefined(err)
-			}
-		}
+	// The GDN and conv states go into the slot the snapshot's step count names (half of each
+	// two-slot buffer); the rows start at 0.
+	type part struct {
+		dst     []*Buffer
+		src     [][]byte
+		slotted bool
 	}
-	for _, l := range []struct {
-		dst []*Buffer
-		src [][]byte
-	}{{s.kc, sn.k}, {s.vc, sn.v}} {
-		for i, b := range l.dst {
-			if err := s.copyIn(b, 0, l.src[i]); err != nil {
-				return undefined(err)
-			}
-		}
-	}
+	parts := []part{{s.gdnState, sn.gdn, true}, {s.convState, sn.conv, true}, {s.kc, sn.k, false}, {s.vc, sn.v, false}}
 	if sp != nil {
-		for _, l := range []struct {
-			dst []*Buffer
-			src [][]byte
-		}{{sp.ctxK, sn.ctxK}, {sp.ctxV, sn.ctxV}} {
-			for i, b := range l.dst {
-				if err := s.copyIn(b, 0, l.src[i]); err != nil {
-					return undefined(err)
-				}
+		parts = append(parts, part{sp.ctxK, sn.ctxK, false}, part{sp.ctxV, sn.ctxV, false})
+	}
+	for _, l := range parts {
+		for i, b := range l.dst {
+			off := int64(0)
+			if l.slotted {
+				off = int64(sn.step&1) * (b.Size / 2)
+			}
+			if err := s.copyIn(b, off, l.src[i]); err != nil {
+				return undefined(err)
 			}
 		}
 	}

@@ -127,6 +127,13 @@ func emuGenerate(t *testing.T, d *emuDevice, tg *gpu.Target, replay bool, prompt
 		t.Fatal(err)
 	}
 	logits := d.floats(t, s.Logits().Ptr, tg.Cfg.Vocab)
+	return decodeTo(t, s, n), logits, s
+}
+
+// decodeTo drains s's ring and decodes one step per call until n tokens are out (the first
+// ones those already in the ring); it fails the test on a session error.
+func decodeTo(t *testing.T, s backend.Session, n int) []int32 {
+	t.Helper()
 	toks := s.Ring().Drain(s.State(), nil)
 	for len(toks) < n {
 		if err := s.Decode(t.Context(), 1); err != nil {
@@ -137,7 +144,7 @@ func emuGenerate(t *testing.T, d *emuDevice, tg *gpu.Target, replay bool, prompt
 	if st := s.State(); st.Error != 0 {
 		t.Fatalf("session error %d (state %+v)", st.Error, *st)
 	}
-	return toks, logits, s
+	return toks
 }
 
 // cpuGenerate is emuGenerate on the CPU backend.
@@ -157,14 +164,7 @@ func cpuGenerate(t *testing.T, b *bundle.Bundle, opt backend.SessionOptions, pro
 	if err := s.Prefill(t.Context(), prompt); err != nil {
 		t.Fatal(err)
 	}
-	toks := s.Ring().Drain(s.State(), nil)
-	for len(toks) < n {
-		if err := s.Decode(t.Context(), 1); err != nil {
-			t.Fatal(err)
-		}
-		toks = append(toks, s.Ring().Drain(s.State(), nil)...)
-	}
-	return toks, s
+	return decodeTo(t, s, n), s
 }
 
 // TestEmulatedSession: golden model b (layers GDN, attention, GDN, attention; vocabulary 608)

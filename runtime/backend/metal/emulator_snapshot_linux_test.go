@@ -27,17 +27,7 @@ func continueFrom(t *testing.T, s *gpu.Session, rest []int32, n int) []int32 {
 	if err := s.Prefill(t.Context(), rest); err != nil {
 		t.Fatal(err)
 	}
-	toks := s.Ring().Drain(s.State(), nil)
-	for len(toks) < n {
-		if err := s.Decode(t.Context(), 1); err != nil {
-			t.Fatal(err)
-		}
-		toks = append(toks, s.Ring().Drain(s.State(), nil)...)
-	}
-	if st := s.State(); st.Error != 0 {
-		t.Fatalf("session error %d", st.Error)
-	}
-	return toks[:n]
+	return decodeTo(t, s, n)[:n]
 }
 
 func TestEmulatedSnapshot(t *testing.T) {
