@@ -176,7 +176,10 @@ func BLMSplit(blocks int64) (parts, warpBlocks uint32) {
 // (GDN in_proj_qkvz, attention qkv) 2×2, 2; ≥ 500 1×2, 4; ≥ 64 (down, out_proj, o_proj,
 // in_proj_z) 1×2, 8; else (in_proj_ab: 6 blocks) 4×1, 8. Chosen from every split × cluster size
 // 1, 2, 4, 8 at 1 and 8 rows on the H200 (docs/performance.md §3.3e: the split best at 8 rows
-// that is also within 5 % of the best at 1 row). Like BLMSplit it depends on the shape only.
+// that is also within 5 % of the best at 1 row — except in_proj_z alone, 384 blocks, which the
+// ≥ 64 rule gives 1×2, 8: 0.378 of the floor at one row against 0.446 for 4×2, 2; the
+// 27B's runtime multiplies it fused with in_proj_qkv, 1024 blocks). Like BLMSplit it depends on
+// the shape only.
 func BLMClusterSplit(blocks int64) (parts, warpBlocks, clusters uint32) {
 	switch {
 	case blocks >= 4000:
