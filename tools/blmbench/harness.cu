@@ -15,6 +15,7 @@
 #include <vector>
 #include <string>
 #include <algorithm>
+#include <cmath>
 #include <cuda_runtime.h>
 
 // In a namespace: the generated source defines helpers (umin, umax, ...) that CUDA's own
@@ -22,6 +23,9 @@
 namespace lk {
 #include "lithos_kernels.cu"
 }
+
+// The prototype kernel (proto.cuh), timed beside the generated one when PROTO is set.
+#include "proto.cuh"
 
 struct KernelEntry { const char* name; const void* fn; };
 static const KernelEntry kernel_table[] = {
@@ -146,6 +150,70 @@ int main(int argc, char** argv) {
                variant, name, rows, parts, wb, cl, mark[0] == 'd' ? "d" : " ", gridx, fa.numRegs, (int)fa.sharedSizeBytes + dyn, copies, per / 1e6, ms * 1e3 / copies, gbs, gbs / floor_gbs, h);
         fflush(stdout);
         CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
+        // PROTO="P:NB ..." (parts:blocks per task): the prototype kernel on the same bytes, its
+        // largest difference from the generated kernel's outputs relative to their largest
+        // magnitude, and its time over the same copies.
+        const char* protos = getenv("PROTO");
+        const int fm = strstr(kname, "nvfp4") ? 1 : strstr(kname, "fp8") ? 2 : strstr(kname, "bf16") ? 3 : 0;
+        if (protos && fm && rec.size() >= 17 && rec[5] == 32 && (fm != 1 || (rec[9] == 16 && rec[7] % 16 == 0))) {
+            char buf[256]; snprintf(buf, sizeof buf, "%s", protos);
+            for (char* tok = strtok(buf, " ,"); tok; tok = strtok(nullptr, " ,")) {
+                unsigned P = 0, NB = 0;
+                if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r'), "%u:%u", &P, &NB) != 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
+                const int memmode = tok[0] == 'm' ? 1 : tok[0] == 'r' ? 2 : 0;  // "m P:NB" fragment order, "r P:NB" row order
+                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : proto::Pick(fm, (int)NB);
+                if (!pf) continue;
+                proto::Args pa = {};
+                pa.scales = S[0]; pa.x = x; pa.y = y;
+                pa.rows = rec[1]; pa.n = rec[3]; pa.k = rec[4]; pa.uw = rec[6]; pa.stripe = rec[7]; pa.payload = rec[8];
+                pa.blocks = rec[10]; pa.ldx = rec[11]; pa.ldy = rec[12]; pa.epi = rec[13]; pa.parts = P;
+                // The load-order kernels take 64 KiB of (unused) shared memory: three threadgroups
+                // per multiprocessor whatever the split, the same for both orders.
+                const size_t sm = memmode ? 65536 : proto::Smem(fm, P, pa.payload);
+                if (sm > 227 * 1024) { printf("%-8s %-14s rows %d proto P %u NB %u: %zu bytes of shared memory\n", variant, name, rows, P, NB, sm); continue; }
+                CK(cudaFuncSetAttribute(pf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+                int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pf, 256, sm));
+                const unsigned ntasks = (pa.blocks + NB - 1) / NB;
+                unsigned grid = prop.multiProcessorCount * occ / P * P;
+                const unsigned need = (ntasks + 7) / 8 * P;
+                if (grid > need) grid = need;
+                CK(cudaMalloc(&pa.scratch, (size_t)4 * P * pa.blocks * 128)); CK(cudaMalloc(&pa.counters, 4 * ntasks));
+                CK(cudaMemsetAsync(pa.counters, 0, 4 * ntasks, s));
+                cudaFuncAttributes pfa; CK(cudaFuncGetAttributes(&pfa, pf));
+                auto plaunch = [&](int c) {
+                    proto::Args b = pa; b.w = W[c]; b.scales = S[c];
+                    void* args[1] = {&b};
+                    CK(cudaLaunchKernel(pf, dim3(grid), dim3(256), args, sm, s));
+                };
+                CK(cudaMemsetAsync(y, 0xFF, 4 * ny, s));
+                plaunch(0);
+                if (memmode) CK(cudaMemcpyAsync(y, hy.data(), 4 * ny, cudaMemcpyHostToDevice, s));
+                CK(cudaStreamSynchronize(s));
+                std::vector<float> py(ny); CK(cudaMemcpy(py.data(), y, 4 * ny, cudaMemcpyDeviceToHost));
+                double md = 0, mx = 0; long long bad = 0;
+                for (long long i = 0; i < ny; i++) {
+                    const double d = fabs((double)py[i] - hy[i]);
+                    if (!(d <= 1e30)) bad++; else if (d > md) md = d;
+                    if (fabs((double)hy[i]) > mx) mx = fabs((double)hy[i]);
+                }
+                cudaGraph_t pg; cudaGraphExec_t pge;
+                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                for (int c = 0; c < copies; c++) plaunch(c);
+                CK(cudaStreamEndCapture(s, &pg)); CK(cudaGraphInstantiate(&pge, pg, 0));
+                CK(cudaGraphLaunch(pge, s));
+                std::vector<float> pt;
+                for (int r = 0; r < 7; r++) {
+                    CK(cudaEventRecord(ev[0], s)); CK(cudaGraphLaunch(pge, s)); CK(cudaEventRecord(ev[1], s)); CK(cudaEventSynchronize(ev[1]));
+                    float ms; CK(cudaEventElapsedTime(&ms, ev[0], ev[1])); pt.push_back(ms);
+                }
+                const double pms = median(pt), pgbs = copies * (double)per / (pms * 1e-3) / 1e9;
+                printf("%-8s %-14s rows %d %s P %u NB %u grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
+                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : "proto", P, NB, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
+                fflush(stdout);
+                CK(cudaGraphExecDestroy(pge)); CK(cudaGraphDestroy(pg));
+                CK(cudaFree(pa.scratch)); CK(cudaFree(pa.counters));
+            }
+        }
         for (int c = 0; c < copies; c++) { CK(cudaFree(W[c])); CK(cudaFree(S[c])); }
         CK(cudaFree(x)); CK(cudaFree(y)); CK(cudaFree(ctl)); CK(cudaFree(prm));
     }

@@ -30,6 +30,9 @@ var harness string
 //go:embed run.sh
 var runScript string
 
+//go:embed proto.cuh
+var protoSource string
+
 type shape struct {
 	name string
 	f    formats.Format
@@ -141,6 +144,7 @@ func write(dir string, allSplits bool, clusters []uint32) error {
 		"kernel_table.inc":  table.String(),
 		"cases.txt":         cases.String(),
 		"harness.cu":        harness,
+		"proto.cuh":         protoSource,
 		"run.sh":            runScript,
 	}
 	for name, body := range files {

@@ -20,7 +20,7 @@ for v in "${vs[@]}"; do
   name=${v%%:*} filter=${v#*:}
   d="$out/v-$name"
   mkdir -p "$d"
-  cp harness.cu kernel_table.inc "$d/"
+  cp harness.cu proto.cuh kernel_table.inc "$d/"
   if [ "$name" = base ]; then cp lithos_kernels.cu "$d/"; else "$filter" <lithos_kernels.cu >"$d/lithos_kernels.cu" || { echo "variant $name: filter failed"; continue; }; fi
   (nvcc -O3 -std=c++17 -arch="$arch" -Xptxas -v -o "$d/harness" "$d/harness.cu" >"$d/build.log" 2>&1 || echo "variant $name: build failed (see $d/build.log)") &
 done
