@@ -10,7 +10,8 @@
 # BLM kernels' thread-block clusters on and off (MODES="on off"; LITHOS_CUDA_CLUSTERS=0 is off),
 # optionally the first-use self-check of --backend auto (SELFCHECK=1), and Nsight Compute's
 # per-kernel durations of a speculative generate (NCU=1; ncu.csv.gz in $OUT, summed per kernel
-# and grid as in §8.2). Results: $OUT/bench-<mode>.json, one summary line per mode.
+# and grid as in §8.2). SNAPSHOT=N adds `--snapshot N` (a prefix checkpoint of N tokens copied out
+# and back). Results: $OUT/bench-<mode>.json, one summary line per mode.
 set -u
 BIN=${BIN:-.carry2}
 OUT=${OUT:-/tmp/bench27b}
@@ -31,10 +32,12 @@ if [ ! -f q.lithos ]; then
 fi
 for mode in ${MODES:-on off}; do
   if [ "$mode" = off ]; then export LITHOS_CUDA_CLUSTERS=0; else unset LITHOS_CUDA_CLUSTERS; fi
-  ./lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 --json >"$OUT/bench-$mode.json" 2>"$OUT/bench-$mode.err"
+  ./lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 ${SNAPSHOT:+--snapshot $SNAPSHOT} --json >"$OUT/bench-$mode.json" 2>"$OUT/bench-$mode.err"
   python3 -c "
 import json; d=json.load(open('$OUT/bench-$mode.json')); p=d['plain']; ss=d['speculative']['speculative']
-print('$mode', 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'prefill %.0f'%p['prefill_tok_per_s'], 'draft %.2f verify %.2f ms'%(ss['draft_ms_per_round'],ss['verify_ms_per_round']), 'identical', d.get('identical'), 'floor', round(d['read_gb_per_s']))"
+print('$mode', 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'prefill %.0f'%p['prefill_tok_per_s'], 'draft %.2f verify %.2f ms'%(ss['draft_ms_per_round'],ss['verify_ms_per_round']), 'identical', d.get('identical'), 'floor', round(d['read_gb_per_s']))
+n=d.get('snapshot')
+if n: print('$mode', 'snapshot %d tokens %.1f MB: out %.1f ms (%.2f GB/s), back %.1f ms (%.2f GB/s), no-sample prefill %.0f ms'%(n['tokens'],n['bytes']/1e6,n['snapshot_seconds']*1e3,n['snapshot_gb_per_s'],n['restore_seconds']*1e3,n['restore_gb_per_s'],n['prefill_seconds']*1e3))"
 done
 unset LITHOS_CUDA_CLUSTERS
 if [ "${SELFCHECK:-0}" = 1 ]; then

@@ -119,6 +119,7 @@ type genFlags struct {
 	confidenceStop             float64
 	bench                      bool
 	runs                       int
+	snapshot                   int
 
 	stdout, stderr io.Writer
 	code           int
@@ -285,6 +286,7 @@ func newBench(g *genFlags) *cobra.Command {
 	}
 	g.register(bench)
 	bench.Flags().IntVar(&g.runs, "runs", 1, "runs of each mode (the best decode rate is reported)")
+	bench.Flags().IntVar(&g.snapshot, "snapshot", 0, "also time a prefix checkpoint: prefill this many tokens, copy the session's state out and back --runs times (0 = off)")
 	bench.Flags().Lookup("max-tokens").DefValue = "64"
 	return bench
 }
@@ -307,9 +309,17 @@ func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generat
 	if req.PromptIDs == nil && req.Prompt == "" {
 		req.PromptIDs = benchPrompt(r.Target.Config().Vocab)
 	}
+	if g.snapshot < 0 {
+		return fmt.Errorf("--snapshot %d: want a token count (0 = off)", g.snapshot)
+	}
 	rep, err := r.Bench(ctx, req, g.runs)
 	if err != nil {
 		return err
+	}
+	if g.snapshot > 0 {
+		if rep.Snapshot, err = r.BenchSnapshot(ctx, g.snapshot, g.runs, g.noDraft); err != nil {
+			return err
+		}
 	}
 	if g.json {
 		writeJSON(g.stdout, rep)
@@ -337,6 +347,10 @@ func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generat
 		}
 	} else {
 		fmt.Fprintln(w, "speculative: the bundle has no draft head (or --no-draft)")
+	}
+	if s := rep.Snapshot; s != nil {
+		fmt.Fprintf(w, "snapshot at %d tokens (drafter context: %v): %.1f MB; out %.1f ms (%.2f GB/s), back %.1f ms (%.2f GB/s); re-prefilling them took %.1f ms\n",
+			s.Tokens, s.Drafter, float64(s.Bytes)/1e6, s.SnapshotSeconds*1e3, s.SnapshotGBs, s.RestoreSeconds*1e3, s.RestoreGBs, s.PrefillSeconds*1e3)
 	}
 	return nil
 }

@@ -381,6 +381,7 @@ func TestGenerateSpeculativeJSON(t *testing.T) {
 		{[]string{dir, "--prompt-ids", "1", "--draft-sampling", "best"}, "--draft-sampling"},
 		{[]string{dir, "--prompt-ids", "1", "--confidence-stop", "2"}, "--confidence-stop"},
 		{[]string{"bench", dir, "--runs", "0"}, "--runs"},
+		{[]string{"bench", dir, "--snapshot", "-1"}, "--snapshot"},
 	} {
 		if code, _, stderr := runCLI(c.args...); code != 1 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%q: exit %d, stderr %q", c.args, code, stderr)
@@ -414,9 +415,27 @@ func TestBench(t *testing.T) {
 	if d := rep.Plain.FloorTokPerS/wantPlain - 1; d > 1e-9 || d < -1e-9 {
 		t.Errorf("plain floor %.1f tok/s, want bandwidth ÷ bytes per pass = %.1f", rep.Plain.FloorTokPerS, wantPlain)
 	}
-	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "6", "--prompt-ids", "5,6,7", "--runs", "2")
-	if code != 0 || !strings.Contains(stdout, "floor: host memory read bandwidth") || !strings.Contains(stdout, "speculative:") || !strings.Contains(stdout, "identical to plain: true") {
+	if rep.Snapshot != nil {
+		t.Fatalf("snapshot without --snapshot: %+v", rep.Snapshot)
+	}
+	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "6", "--prompt-ids", "5,6,7", "--runs", "2", "--snapshot", "24")
+	if code != 0 || !strings.Contains(stdout, "floor: host memory read bandwidth") || !strings.Contains(stdout, "speculative:") || !strings.Contains(stdout, "identical to plain: true") ||
+		!strings.Contains(stdout, "snapshot at 24 tokens (drafter context: true)") {
 		t.Fatalf("table: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+	}
+	// With the draft head the copy also holds its context rows: more than the target's state.
+	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "4", "--snapshot", "24", "--json")
+	var srep generate.BenchReport
+	if err := json.Unmarshal([]byte(stdout), &srep); code != 0 || err != nil {
+		t.Fatalf("--snapshot --json: exit %d, %v, stdout %s, stderr %s", code, err, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "4", "--snapshot", "24", "--no-draft", "--json")
+	var nrep generate.BenchReport
+	if err := json.Unmarshal([]byte(stdout), &nrep); code != 0 || err != nil || nrep.Snapshot == nil {
+		t.Fatalf("--snapshot --no-draft: exit %d, %v, stdout %s, stderr %s", code, err, stdout, stderr)
+	}
+	if s := srep.Snapshot; s == nil || s.Tokens != 24 || !s.Drafter || nrep.Snapshot.Drafter || s.Bytes <= nrep.Snapshot.Bytes || s.RestoreGBs <= 0 {
+		t.Fatalf("--snapshot 24: %+v, want a drafter's context and more than the %d bytes without it", srep.Snapshot, nrep.Snapshot.Bytes)
 	}
 	code, stdout, stderr = runCLI("bench", fixture(t), "--max-tokens", "4", "--json")
 	if code != 0 || !strings.Contains(stdout, `"speculative":null`) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"lithos/manifests"
+	"lithos/runtime/backend"
+	"lithos/runtime/sample"
 )
 
 // BenchReport is what Runner.Bench measured: plain decoding and speculative rounds on the same
@@ -40,6 +42,9 @@ type BenchReport struct {
 	// Identical reports whether the two runs generated the same tokens (they must for greedy
 	// decoding and the point-mass rule).
 	Identical bool `json:"identical"`
+	// Snapshot is the prefix-checkpoint measurement (BenchSnapshot; `bench --snapshot N`), null
+	// when not asked for.
+	Snapshot *SnapshotReport `json:"snapshot,omitempty"`
 }
 
 // BenchRun is one mode of BenchReport: the best of the runs by decode rate.
@@ -275,4 +280,99 @@ func MeasureReadBandwidth(n int) float64 {
 	bwSink += total // keeps the sums observable
 	bwMu.Unlock()
 	return float64(8*len(words)) / best.Seconds() / 1e9
+}
+
+// SnapshotReport is what Runner.BenchSnapshot measured: the copy of a session's committed state
+// out (backend.Snapshotter.Snapshot) and back (Restore) at one position, the cost of a prefix
+// checkpoint of the server (docs/serving.md §4), against re-prefilling the same tokens.
+type SnapshotReport struct {
+	// Tokens is the position of the snapshot (tokens prefilled without sampling); Bytes the
+	// memory the copy holds (backend.Snapshot.Bytes); Drafter whether the session had the
+	// bundle's draft head (its context rows are in the copy).
+	Tokens  int   `json:"tokens"`
+	Bytes   int64 `json:"bytes"`
+	Drafter bool  `json:"drafter"`
+	// PrefillSeconds is the no-sample prefill of the Tokens (what a restore saves);
+	// SnapshotSeconds and RestoreSeconds the best of the runs; *GBs = Bytes ÷ time (GB = 1e9
+	// bytes).
+	PrefillSeconds  float64 `json:"prefill_seconds"`
+	SnapshotSeconds float64 `json:"snapshot_seconds"`
+	RestoreSeconds  float64 `json:"restore_seconds"`
+	SnapshotGBs     float64 `json:"snapshot_gb_per_s"`
+	RestoreGBs      float64 `json:"restore_gb_per_s"`
+}
+
+// BenchSnapshot opens a session of capacity tokens + 1 (with the draft head when the runner has
+// one and noDraft is false), prefills tokens token ids without sampling (ids spread over the
+// vocabulary), then takes runs snapshots and runs restores of the last one, each timed alone,
+// and reports the best of each. Errors: tokens or runs < 1, tokens past MaxContext, a backend
+// whose sessions cannot snapshot (backend.ErrUnsupported), the session's.
+func (r *Runner) BenchSnapshot(ctx context.Context, tokens, runs int, noDraft bool) (*SnapshotReport, error) {
+	if tokens < 1 || runs < 1 {
+		return nil, fmt.Errorf("bench snapshot: %d tokens, %d runs: want at least 1 of each", tokens, runs)
+	}
+	if tokens+1 > MaxContext {
+		return nil, fmt.Errorf("bench snapshot: %d tokens: want at most %d", tokens, MaxContext-1)
+	}
+	opt := backend.SessionOptions{Capacity: tokens + 1, EOS: r.EOS, Sampling: sample.Params{TopP: 1}}
+	if r.Draft != nil && !noDraft {
+		opt.Drafter = r.Draft
+		opt.Capacity += r.Draft.BlockSize()
+	}
+	sess, err := r.Target.NewSession(opt)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	sn, ok1 := sess.(backend.Snapshotter)
+	np, ok2 := sess.(backend.NoSamplePrefiller)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("bench snapshot: backend %s: sessions cannot copy their state: %w", r.Backend.Name(), backend.ErrUnsupported)
+	}
+	vocab := r.Target.Config().Vocab
+	prompt := make([]int32, tokens)
+	for i := range prompt {
+		prompt[i] = int32((i*7919 + 13) % vocab)
+	}
+	rep := &SnapshotReport{Tokens: tokens, Drafter: opt.Drafter != nil}
+	t0 := time.Now()
+	if err := np.PrefillNoSample(ctx, prompt); err != nil {
+		return nil, fmt.Errorf("bench snapshot: prefill: %w", err)
+	}
+	rep.PrefillSeconds = time.Since(t0).Seconds()
+	var snap backend.Snapshot
+	for i := range runs {
+		t := time.Now()
+		s, err := sn.Snapshot()
+		if err != nil {
+			return nil, fmt.Errorf("bench snapshot: %w", err)
+		}
+		if d := time.Since(t).Seconds(); i == 0 || d < rep.SnapshotSeconds {
+			rep.SnapshotSeconds = d
+		}
+		snap = s
+	}
+	if snap.Position() != tokens {
+		return nil, fmt.Errorf("bench snapshot: the snapshot is at position %d, want %d", snap.Position(), tokens)
+	}
+	rep.Bytes = snap.Bytes()
+	for i := range runs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		if err := sn.Restore(snap); err != nil {
+			return nil, fmt.Errorf("bench snapshot: restore: %w", err)
+		}
+		if d := time.Since(t).Seconds(); i == 0 || d < rep.RestoreSeconds {
+			rep.RestoreSeconds = d
+		}
+	}
+	if rep.SnapshotSeconds > 0 {
+		rep.SnapshotGBs = float64(rep.Bytes) / rep.SnapshotSeconds / 1e9
+	}
+	if rep.RestoreSeconds > 0 {
+		rep.RestoreGBs = float64(rep.Bytes) / rep.RestoreSeconds / 1e9
+	}
+	return rep, nil
 }
