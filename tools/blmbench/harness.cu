@@ -159,9 +159,11 @@ int main(int argc, char** argv) {
             char buf[256]; snprintf(buf, sizeof buf, "%s", protos);
             for (char* tok = strtok(buf, " ,"); tok; tok = strtok(nullptr, " ,")) {
                 unsigned P = 0, NB = 0;
-                if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r'), "%u:%u", &P, &NB) != 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
+                if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r' || tok[0] == 'w'), "%u:%u", &P, &NB) != 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
                 const int memmode = tok[0] == 'm' ? 1 : tok[0] == 'r' ? 2 : 0;  // "m P:NB" fragment order, "r P:NB" row order
-                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : proto::Pick(fm, (int)NB);
+                const bool ring = tok[0] == 'w';  // "w P:NB": blm_ws2 (row-order ring)
+                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : ring ? proto::Pick2(fm, (int)NB) : proto::Pick(fm, (int)NB);
+                const unsigned threads = ring ? 512 : 256;
                 if (!pf) continue;
                 proto::Args pa = {};
                 pa.scales = S[0]; pa.x = x; pa.y = y;
@@ -169,13 +171,14 @@ int main(int argc, char** argv) {
                 pa.blocks = rec[10]; pa.ldx = rec[11]; pa.ldy = rec[12]; pa.epi = rec[13]; pa.parts = P;
                 // The load-order kernels take 64 KiB of (unused) shared memory: three threadgroups
                 // per multiprocessor whatever the split, the same for both orders.
-                const size_t sm = memmode ? 65536 : proto::Smem(fm, P, pa.payload);
+                const size_t sm = memmode ? 65536 : ring ? proto::Smem2(fm, P, pa.payload, NB, 4, 16) : proto::Smem(fm, P, pa.payload);
                 if (sm > 227 * 1024) { printf("%-8s %-14s rows %d proto P %u NB %u: %zu bytes of shared memory\n", variant, name, rows, P, NB, sm); continue; }
                 CK(cudaFuncSetAttribute(pf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-                int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pf, 256, sm));
+                int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pf, threads, sm));
                 const unsigned ntasks = (pa.blocks + NB - 1) / NB;
+                if (occ == 0) { printf("%-8s %-14s rows %d %s P %u NB %u: does not fit (%zu bytes of shared memory)\n", variant, name, rows, tok, P, NB, sm); continue; }
                 unsigned grid = prop.multiProcessorCount * occ / P * P;
-                const unsigned need = (ntasks + 7) / 8 * P;
+                const unsigned need = (ntasks + threads / 32 - 1) / (threads / 32) * P;
                 if (grid > need) grid = need;
                 CK(cudaMalloc(&pa.scratch, (size_t)4 * P * pa.blocks * 128)); CK(cudaMalloc(&pa.counters, 4 * ntasks));
                 CK(cudaMemsetAsync(pa.counters, 0, 4 * ntasks, s));
@@ -183,7 +186,7 @@ int main(int argc, char** argv) {
                 auto plaunch = [&](int c) {
                     proto::Args b = pa; b.w = W[c]; b.scales = S[c];
                     void* args[1] = {&b};
-                    CK(cudaLaunchKernel(pf, dim3(grid), dim3(256), args, sm, s));
+                    CK(cudaLaunchKernel(pf, dim3(grid), dim3(threads), args, sm, s));
                 };
                 CK(cudaMemsetAsync(y, 0xFF, 4 * ny, s));
                 plaunch(0);
@@ -208,7 +211,7 @@ int main(int argc, char** argv) {
                 }
                 const double pms = median(pt), pgbs = copies * (double)per / (pms * 1e-3) / 1e9;
                 printf("%-8s %-14s rows %d %s P %u NB %u grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
-                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : "proto", P, NB, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
+                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : ring ? "ring" : "proto", P, NB, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
                 fflush(stdout);
                 CK(cudaGraphExecDestroy(pge)); CK(cudaGraphDestroy(pg));
                 CK(cudaFree(pa.scratch)); CK(cudaFree(pa.counters));

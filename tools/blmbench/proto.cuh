@@ -197,6 +197,189 @@ __global__ void __launch_bounds__(256) blm_ws(Args a) {
 #undef PROTO_LOAD
 }
 
+inline size_t Smem(int fm, u32 parts, u32 payload);
+
+// blm_ws2: blm_ws with the weights streamed in row order through a shared-memory ring per
+// warp (§3.3g): a step is one unit word j of the task's NB blocks over the part's S stripes
+// (16 rows × S·16 contiguous bytes per block, copied with 16-byte cp.async, lanes along the
+// runs), D − 1 steps in flight while the warp computes one; the fragments are then read from
+// shared memory (16-byte chunks of odd rows swizzled by 4 chunks when S ≥ 8, so that the
+// reads of a quad-step are conflict-free). Block scales as blm_ws (2-byte loads, one step
+// ahead). WARPS warps per threadgroup share the part's split activations.
+template <int FM, int NB, int D, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
+    extern __shared__ __align__(16) uint4 xs[];
+    constexpr u32 EPW = F<FM>::epw, MPW = F<FM>::mpw, QV = 6u * MPW / 4u;
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const u32 P = a.parts, S = 32u / P, SQ = S / 4u;
+    const u32 p = blockIdx.x % P, ci = blockIdx.x / P, cpp = gridDim.x / P;
+    const u32 s0 = p * S;
+    const u32 UWp = (a.payload + 15u) >> 4;
+    const u32 T = SQ * UWp;
+    const u32 xsN = T * QV * 32u;  // uint4 of activations
+    {
+        u32* xw = (u32*)xs;
+        for (u32 i = threadIdx.x; i < xsN * 4u; i += blockDim.x) xw[i] = 0u;
+        __syncthreads();
+        unsigned short* xh = (unsigned short*)xs;
+        const u32 cols = UWp * EPW, ne = a.rows * S * cols;
+        for (u32 i = threadIdx.x; i < ne; i += blockDim.x) {
+            const u32 c = i % cols, sl = (i / cols) % S, t = i / (cols * S);
+            const u32 col = (s0 + sl) * a.stripe + c;
+            const float v = (c < a.stripe && col < a.k) ? a.x[t * a.ldx + col] : 0.0f;
+            const u32 uv = __float_as_uint(v);
+            const float r = v - __uint_as_float(uv & 0xFFFF0000u);
+            const u32 ur = __float_as_uint(r);
+            const float lo = r - __uint_as_float(ur & 0xFFFF0000u);
+            const u32 pc[3] = {uv >> 16, ur >> 16, __float_as_uint(lo) >> 16};
+            const u32 j = c / EPW, e = c % EPW;
+            u32 mi, b, half;
+            slot<FM>(e, mi, b, half);
+            const u32 tix = j * SQ + sl / 4u, ln = 4u * t + (sl & 3u);
+            for (u32 k = 0; k < 3u; ++k) {
+                const u32 wi = mi * 6u + 2u * k + b;
+                xh[((((tix * QV + wi / 4u) * 32u + ln) * 4u + wi % 4u) << 1) + half] = (unsigned short)pc[k];
+            }
+        }
+        __syncthreads();
+    }
+    // This warp's ring: D slots of NB blocks × 16 rows × S chunks of 16 bytes.
+    const u32 slotU4 = NB * 16u * S;
+    uint4* ring = xs + xsN + warp * D * slotU4;
+    const u32 g = lane >> 2, q = lane & 3u;
+    const u32 ntasks = (a.blocks + NB - 1u) / NB;
+    const u32 BB = 16u * a.uw * 512u, rowB = 8u * a.uw * 512u;
+    const u32 tstride = cpp * WARPS, tfirst = ci * WARPS + warp;
+    const u32 mytasks = tfirst < ntasks ? (ntasks - tfirst + tstride - 1u) / tstride : 0u;
+    const u32 total = mytasks * UWp;
+    const u32 sw = S >= 8u ? 4u : 0u;  // chunk swizzle of odd rows
+    lk::blm_gen gn;
+    gn.uA0 = a.w; gn.uB0 = a.w; gn.uA1 = a.w; gn.uB1 = a.w;
+    gn.cs = 0u; gn.payload = a.payload; gn.group = 16u; gn.g0 = 0u; gn.ubytes = a.uw * 16u;
+    // issue(n): the copies of step n (task n / UWp of this warp, word n % UWp) into slot n % D.
+    auto issue = [&](u32 n) {
+        if (n < total) {
+            const u32 task = tfirst + (n / UWp) * tstride, j = n % UWp;
+            uint4* dst = ring + (n % D) * slotU4;
+#pragma unroll
+            for (u32 b = 0; b < NB; ++b) {
+                const u32 blk = min(task * NB + b, a.blocks - 1u);
+                const unsigned char* src = a.w + (size_t)blk * BB + j * 512u + s0 * 16u;
+                for (u32 e = lane; e < 16u * S; e += 32u) {
+                    const u32 row = e / S, c = e % S;
+                    lk::blm_cp16(dst + (b * 16u + row) * S + (c ^ ((row & 1u) ? sw : 0u)), src + row * a.uw * 512u + c * 16u);
+                }
+            }
+        }
+        lk::blm_cp_commit();
+    };
+    for (u32 n = 0; n + 1u < (u32)D; ++n) issue(n);
+    float acc[NB][4];
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b) acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0.0f;
+    u32 cS[NB][4], nS[NB][4];  // block-scale pairs (rows g | g+8) per quad-step u < 4 of a step
+#pragma unroll
+    for (u32 b = 0; b < NB; ++b)
+#pragma unroll
+        for (u32 u = 0; u < 4u; ++u) cS[b][u] = nS[b][u] = 0u;
+    auto scales = [&](u32 n, u32 (&Sc)[NB][4]) {
+        if (FM != 1 || n >= total) return;
+        const u32 task = tfirst + (n / UWp) * tstride, j = n % UWp;
+        const u32 sbi = a.payload + 2u * j;
+#pragma unroll
+        for (u32 b = 0; b < NB; ++b) {
+            const unsigned char* base = a.w + (size_t)min(task * NB + b, a.blocks - 1u) * BB + g * a.uw * 512u;
+#pragma unroll
+            for (u32 u = 0; u < 4u; ++u) {
+                if (u < SQ) {
+                    const u32 so = ((sbi >> 4) * 32u + s0 + 4u * u + q) * 16u + (sbi & 15u);
+                    Sc[b][u] = ldg2(base + so) | (ldg2(base + rowB + so) << 16);
+                }
+            }
+        }
+    };
+    scales(0u, cS);
+    for (u32 n = 0; n < total; ++n) {
+        issue(n + D - 1u);
+        scales(n + 1u, nS);
+        lk::blm_cp_wait<D - 1>();
+        __syncwarp();
+        const u32 k = n / UWp, j = n % UWp, task = tfirst + k * tstride;
+        const uint4* sl = ring + (n % D) * slotU4;
+#pragma unroll
+        for (u32 u = 0; u < 4u; ++u) {
+            if (u >= SQ) break;
+            uint4 A[NB], B[NB];
+#pragma unroll
+            for (u32 b = 0; b < NB; ++b) {
+                const u32 c = 4u * u + q;
+                A[b] = sl[(b * 16u + g) * S + (c ^ ((g & 1u) ? sw : 0u))];
+                B[b] = sl[(b * 16u + g + 8u) * S + (c ^ ((g & 1u) ? sw : 0u))];
+            }
+            const uint4* xr = xs + (j * SQ + u) * QV * 32u + lane;
+#pragma unroll
+            for (u32 b = 0; b + 1u < NB; b += 2u)
+                lk::blm_qstep<FM, 2u, true>(acc[b], acc[b + 1], A[b], B[b], A[b + 1], B[b + 1], cS[b][u], cS[b + 1][u], xr, gn, lane);
+            if (NB & 1u) lk::blm_qstep<FM, 1u, true>(acc[NB - 1], acc[NB - 1], A[NB - 1], B[NB - 1], A[NB - 1], B[NB - 1], cS[NB - 1][u], cS[NB - 1][u], xr, gn, lane);
+        }
+        __syncwarp();
+#pragma unroll
+        for (u32 b = 0; b < NB; ++b)
+#pragma unroll
+            for (u32 u = 0; u < 4u; ++u) cS[b][u] = nS[b][u];
+        if (j + 1u < UWp) continue;
+        // The task's last word: partial sums out, the last part's warp adds the parts.
+        const u32 b0 = task * NB;
+#pragma unroll
+        for (u32 b = 0; b < NB; ++b) {
+            if (b0 + b < a.blocks) {
+                float* sp = a.scratch + ((size_t)p * a.blocks + b0 + b) * 128u;
+                sp[g * 8u + 2u * q] = acc[b][0]; sp[g * 8u + 2u * q + 1u] = acc[b][1];
+                sp[(g + 8u) * 8u + 2u * q] = acc[b][2]; sp[(g + 8u) * 8u + 2u * q + 1u] = acc[b][3];
+            }
+            acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0.0f;
+        }
+        __threadfence();
+        __syncwarp();
+        u32 old = 0u;
+        if (lane == 0u) old = atomicAdd(a.counters + task, 1u);
+        old = __shfl_sync(0xFFFFFFFFu, old, 0);
+        if (old != P - 1u) continue;
+        __threadfence();
+        if (lane == 0u) a.counters[task] = 0u;
+        const float af = FM == 1 ? 256.0f : 1.0f;
+        const u32 per = a.epi == 2u ? 8u : 16u;
+        for (u32 idx = lane; idx < NB * per * a.rows; idx += 32u) {
+            const u32 i = idx % per, t = (idx / per) % a.rows, lb = idx / (per * a.rows);
+            const u32 blk = b0 + lb;
+            if (blk >= a.blocks) continue;
+            const u32 nn = blk * 16u + i;
+            float v = 0.0f, up = 0.0f;
+            for (u32 pp = 0; pp < P; ++pp) {
+                const float* sp = a.scratch + ((size_t)pp * a.blocks + blk) * 128u;
+                v += __ldcg(sp + i * 8u + t);
+                if (a.epi == 2u) up += __ldcg(sp + (i + 8u) * 8u + t);
+            }
+            if (a.epi == 2u) {
+                if (nn + 8u < a.n) {
+                    const float gate = v * af * a.scales[nn];
+                    a.y[t * a.ldy + blk * 8u + i] = lk::silu(gate) * (up * af * a.scales[nn + 8u]);
+                }
+            } else if (nn < a.n) {
+                const float r = v * af * a.scales[nn];
+                if (a.epi == 1u) a.y[t * a.ldy + nn] += r;
+                else a.y[t * a.ldy + nn] = r;
+            }
+        }
+    }
+    lk::blm_cp_wait<0>();
+}
+
+// Smem2 returns blm_ws2's dynamic shared memory: the activations and the WARPS rings.
+inline size_t Smem2(int fm, u32 parts, u32 payload, u32 nb, u32 d, u32 warps) {
+    return Smem(fm, parts, payload) + (size_t)warps * d * nb * 16u * (32u / parts) * 16u;
+}
+
 // mem_row_off: the byte offset in its block of a lane's i-th 16-byte load (i < 2·T) in the
 // row-major order: run r = (i·32 + lane) / S of the part (row r / UWp, word r % UWp), its
 // (i·32 + lane) % S-th 16 bytes.
@@ -269,6 +452,19 @@ inline const void* PickMem(int mode, int nb) {
     case 11: return (const void*)mem_pattern<1, 1>;
     case 12: return (const void*)mem_pattern<1, 2>;
     case 14: return (const void*)mem_pattern<1, 4>;
+    }
+    return nullptr;
+}
+
+// Pick2: blm_ws2 with 16 warps, a ring of 4 steps.
+inline const void* Pick2(int fm, int nb) {
+    switch (fm * 10 + nb) {
+    case 11: return (const void*)blm_ws2<1, 1, 4, 16>;
+    case 12: return (const void*)blm_ws2<1, 2, 4, 16>;
+    case 21: return (const void*)blm_ws2<2, 1, 4, 16>;
+    case 22: return (const void*)blm_ws2<2, 2, 4, 16>;
+    case 31: return (const void*)blm_ws2<3, 1, 4, 16>;
+    case 32: return (const void*)blm_ws2<3, 2, 4, 16>;
     }
     return nullptr;
 }
