@@ -20,6 +20,12 @@
 // stripes of whole groups, FP8, BF16.
 namespace proto {
 
+// PROTO_FENCE 0 (nvcc -DPROTO_FENCE=0, a diagnostic with possibly wrong sums) drops blm_ws2's
+// fences around the scratch buffer, to time what they cost.
+#ifndef PROTO_FENCE
+#define PROTO_FENCE 1
+#endif
+
 typedef unsigned u32;
 
 struct Args {
@@ -339,13 +345,13 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
             }
             acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0.0f;
         }
-        __threadfence();
+        if (PROTO_FENCE) __threadfence();
         __syncwarp();
         u32 old = 0u;
         if (lane == 0u) old = atomicAdd(a.counters + task, 1u);
         old = __shfl_sync(0xFFFFFFFFu, old, 0);
         if (old != P - 1u) continue;
-        __threadfence();
+        if (PROTO_FENCE) __threadfence();
         if (lane == 0u) a.counters[task] = 0u;
         const float af = FM == 1 ? 256.0f : 1.0f;
         const u32 per = a.epi == 2u ? 8u : 16u;

@@ -5,7 +5,8 @@
 # $VARIANTS (default: none) that reads the generated lithos_kernels.cu on stdin and writes the
 # variant's source on stdout.
 #   DIR/run.sh [OUTDIR]      logs and per-variant results into OUTDIR (default /tmp/blmbench)
-# ARCH (default sm_90), CASES (a grep -E filter on cases.txt lines), DUMP=1 (outputs of copy 0 as .f32).
+# ARCH (default sm_90), CASES (a grep -E filter on cases.txt lines), DUMP=1 (outputs of copy 0 as .f32),
+# NVCCFLAGS (extra nvcc flags, e.g. -DPROTO_FENCE=0 for proto.cuh's diagnostics).
 set -u -o pipefail
 cd "$(dirname "$0")"
 out=${1:-/tmp/blmbench}
@@ -22,7 +23,7 @@ for v in "${vs[@]}"; do
   mkdir -p "$d"
   cp harness.cu proto.cuh kernel_table.inc "$d/"
   if [ "$name" = base ]; then cp lithos_kernels.cu "$d/"; else "$filter" <lithos_kernels.cu >"$d/lithos_kernels.cu" || { echo "variant $name: filter failed"; continue; }; fi
-  (nvcc -O3 -std=c++17 -arch="$arch" -Xptxas -v -o "$d/harness" "$d/harness.cu" >"$d/build.log" 2>&1 || echo "variant $name: build failed (see $d/build.log)") &
+  (nvcc -O3 -std=c++17 -arch="$arch" ${NVCCFLAGS:-} -Xptxas -v -o "$d/harness" "$d/harness.cu" >"$d/build.log" 2>&1 || echo "variant $name: build failed (see $d/build.log)") &
 done
 wait
 for v in "${vs[@]}"; do
