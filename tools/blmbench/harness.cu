@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
                 if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r' || tok[0] == 'w'), "%u:%u", &P, &NB) != 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
                 const int memmode = tok[0] == 'm' ? 1 : tok[0] == 'r' ? 2 : 0;  // "m P:NB" fragment order, "r P:NB" row order
                 const bool ring = tok[0] == 'w';  // "w P:NB": blm_ws2 (row-order ring)
-                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : ring ? proto::Pick2(fm, (int)NB) : proto::Pick(fm, (int)NB);
+                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : ring ? proto::Pick2(fm, (int)NB, P) : proto::Pick(fm, (int)NB);
                 const unsigned threads = ring ? 512 : 256;
                 if (!pf) continue;
                 proto::Args pa = {};

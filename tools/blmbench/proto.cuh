@@ -212,12 +212,15 @@ inline size_t Smem(int fm, u32 parts, u32 payload);
 // shared memory (16-byte chunks of odd rows swizzled by 4 chunks when S ≥ 8, so that the
 // reads of a quad-step are conflict-free). Block scales as blm_ws (2-byte loads, one step
 // ahead). WARPS warps per threadgroup share the part's split activations.
-template <int FM, int NB, int D, int WARPS>
+template <int FM, int NB, int D, int WARPS, int PP>
 __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
     extern __shared__ __align__(16) uint4 xs[];
     constexpr u32 EPW = F<FM>::epw, MPW = F<FM>::mpw, QV = 6u * MPW / 4u;
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const u32 P = a.parts, S = 32u / P, SQ = S / 4u;
+    // The part count is compile-time (PP; a launch with another a.parts does nothing), so that
+    // the copy loop's row and chunk of a lane are shifts and masks.
+    constexpr u32 P = PP, S = 32u / P, SQ = S / 4u;
+    if (a.parts != P) return;
     const u32 p = blockIdx.x % P, ci = blockIdx.x / P, cpp = gridDim.x / P;
     const u32 s0 = p * S;
     const u32 UWp = (a.payload + 15u) >> 4;
@@ -262,24 +265,30 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
     lk::blm_gen gn;
     gn.uA0 = a.w; gn.uB0 = a.w; gn.uA1 = a.w; gn.uB1 = a.w;
     gn.cs = 0u; gn.payload = a.payload; gn.group = 16u; gn.g0 = 0u; gn.ubytes = a.uw * 16u;
-    // issue(n): the copies of step n (task n / UWp of this warp, word n % UWp) into slot n % D.
-    auto issue = [&](u32 n) {
-        if (n < total) {
-            const u32 task = tfirst + (n / UWp) * tstride, j = n % UWp;
-            uint4* dst = ring + (n % D) * slotU4;
+    // Three cursors over this warp's steps (task k of the warp, word j): the copies issued
+    // (D − 1 steps ahead), the block scales loaded (one step ahead) and the step computed.
+    // They only move forward, one step at a time, so no division is needed.
+    u32 ik = 0u, ij = 0u, sk = 0u, sj = 0u, ck = 0u, cj = 0u, in = 0u;
+    auto issue = [&]() {
+        if (in < total) {
+            const u32 task = tfirst + ik * tstride;
+            uint4* dst = ring + (in % D) * slotU4;
 #pragma unroll
             for (u32 b = 0; b < NB; ++b) {
                 const u32 blk = min(task * NB + b, a.blocks - 1u);
-                const unsigned char* src = a.w + (size_t)blk * BB + j * 512u + s0 * 16u;
-                for (u32 e = lane; e < 16u * S; e += 32u) {
-                    const u32 row = e / S, c = e % S;
+                const unsigned char* src = a.w + (size_t)blk * BB + ij * 512u + s0 * 16u;
+#pragma unroll
+                for (u32 i = 0; i < S / 2u; ++i) {
+                    const u32 e = i * 32u + lane, row = e / S, c = e % S;
                     lk::blm_cp16(dst + (b * 16u + row) * S + (c ^ ((row & 1u) ? sw : 0u)), src + row * a.uw * 512u + c * 16u);
                 }
             }
+            if (++ij == UWp) { ij = 0u; ++ik; }
+            ++in;
         }
         lk::blm_cp_commit();
     };
-    for (u32 n = 0; n + 1u < (u32)D; ++n) issue(n);
+    for (u32 n = 0; n + 1u < (u32)D; ++n) issue();
     float acc[NB][4];
 #pragma unroll
     for (u32 b = 0; b < NB; ++b) acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0.0f;
@@ -288,29 +297,31 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
     for (u32 b = 0; b < NB; ++b)
 #pragma unroll
         for (u32 u = 0; u < 4u; ++u) cS[b][u] = nS[b][u] = 0u;
-    auto scales = [&](u32 n, u32 (&Sc)[NB][4]) {
-        if (FM != 1 || n >= total) return;
-        const u32 task = tfirst + (n / UWp) * tstride, j = n % UWp;
-        const u32 sbi = a.payload + 2u * j;
+    u32 sn = 0u;
+    auto scales = [&](u32 (&Sc)[NB][4]) {
+        if (FM != 1 || sn >= total) return;
+        const u32 task = tfirst + sk * tstride;
+        const u32 sbi = a.payload + 2u * sj;
 #pragma unroll
         for (u32 b = 0; b < NB; ++b) {
             const unsigned char* base = a.w + (size_t)min(task * NB + b, a.blocks - 1u) * BB + g * a.uw * 512u;
 #pragma unroll
-            for (u32 u = 0; u < 4u; ++u) {
-                if (u < SQ) {
-                    const u32 so = ((sbi >> 4) * 32u + s0 + 4u * u + q) * 16u + (sbi & 15u);
-                    Sc[b][u] = ldg2(base + so) | (ldg2(base + rowB + so) << 16);
-                }
+            for (u32 u = 0; u < SQ; ++u) {
+                const u32 so = ((sbi >> 4) * 32u + s0 + 4u * u + q) * 16u + (sbi & 15u);
+                Sc[b][u] = ldg2(base + so) | (ldg2(base + rowB + so) << 16);
             }
         }
+        if (++sj == UWp) { sj = 0u; ++sk; }
+        ++sn;
     };
-    scales(0u, cS);
+    scales(cS);
     for (u32 n = 0; n < total; ++n) {
-        issue(n + D - 1u);
-        scales(n + 1u, nS);
+        issue();
+        scales(nS);
         lk::blm_cp_wait<D - 1>();
         __syncwarp();
-        const u32 k = n / UWp, j = n % UWp, task = tfirst + k * tstride;
+        const u32 j = cj, task = tfirst + ck * tstride;
+        if (++cj == UWp) { cj = 0u; ++ck; }
         const uint4* sl = ring + (n % D) * slotU4;
 #pragma unroll
         for (u32 u = 0; u < 4u; ++u) {
@@ -333,7 +344,7 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
         for (u32 b = 0; b < NB; ++b)
 #pragma unroll
             for (u32 u = 0; u < 4u; ++u) cS[b][u] = nS[b][u];
-        if (j + 1u < UWp) continue;
+        if (cj != 0u) continue;
         // The task's last word: partial sums out, the last part's warp adds the parts.
         const u32 b0 = task * NB;
 #pragma unroll
@@ -462,15 +473,16 @@ inline const void* PickMem(int mode, int nb) {
     return nullptr;
 }
 
-// Pick2: blm_ws2 with 16 warps, a ring of 4 steps.
-inline const void* Pick2(int fm, int nb) {
+// Pick2: blm_ws2 with 16 warps, a ring of 4 steps, 4 or 8 parts.
+inline const void* Pick2(int fm, int nb, unsigned parts) {
+    if (parts != 4 && parts != 8) return nullptr;
     switch (fm * 10 + nb) {
-    case 11: return (const void*)blm_ws2<1, 1, 4, 16>;
-    case 12: return (const void*)blm_ws2<1, 2, 4, 16>;
-    case 21: return (const void*)blm_ws2<2, 1, 4, 16>;
-    case 22: return (const void*)blm_ws2<2, 2, 4, 16>;
-    case 31: return (const void*)blm_ws2<3, 1, 4, 16>;
-    case 32: return (const void*)blm_ws2<3, 2, 4, 16>;
+    case 11: return parts == 4 ? (const void*)blm_ws2<1, 1, 4, 16, 4> : (const void*)blm_ws2<1, 1, 4, 16, 8>;
+    case 12: return parts == 4 ? (const void*)blm_ws2<1, 2, 4, 16, 4> : (const void*)blm_ws2<1, 2, 4, 16, 8>;
+    case 21: return parts == 4 ? (const void*)blm_ws2<2, 1, 4, 16, 4> : (const void*)blm_ws2<2, 1, 4, 16, 8>;
+    case 22: return parts == 4 ? (const void*)blm_ws2<2, 2, 4, 16, 4> : (const void*)blm_ws2<2, 2, 4, 16, 8>;
+    case 31: return parts == 4 ? (const void*)blm_ws2<3, 1, 4, 16, 4> : (const void*)blm_ws2<3, 1, 4, 16, 8>;
+    case 32: return parts == 4 ? (const void*)blm_ws2<3, 2, 4, 16, 4> : (const void*)blm_ws2<3, 2, 4, 16, 8>;
     }
     return nullptr;
 }
