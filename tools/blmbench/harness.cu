@@ -158,12 +158,13 @@ int main(int argc, char** argv) {
         if (protos && fm && rec.size() >= 17 && rec[5] == 32 && (fm != 1 || (rec[9] == 16 && rec[7] % 16 == 0))) {
             char buf[256]; snprintf(buf, sizeof buf, "%s", protos);
             for (char* tok = strtok(buf, " ,"); tok; tok = strtok(nullptr, " ,")) {
-                unsigned P = 0, NB = 0;
-                if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r' || tok[0] == 'w'), "%u:%u", &P, &NB) != 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
+                // "wP:NB[:D:W]": blm_ws2 with a ring of D steps (default 4) and W warps (default 16).
+                unsigned P = 0, NB = 0, RD = 4, RW = 16;
+                if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r' || tok[0] == 'w'), "%u:%u:%u:%u", &P, &NB, &RD, &RW) < 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
                 const int memmode = tok[0] == 'm' ? 1 : tok[0] == 'r' ? 2 : 0;  // "m P:NB" fragment order, "r P:NB" row order
                 const bool ring = tok[0] == 'w';  // "w P:NB": blm_ws2 (row-order ring)
-                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : ring ? proto::Pick2(fm, (int)NB, P) : proto::Pick(fm, (int)NB);
-                const unsigned threads = ring ? 512 : 256;
+                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : ring ? proto::Pick2(fm, (int)NB, (int)RD, (int)RW, P) : proto::Pick(fm, (int)NB);
+                const unsigned threads = ring ? 32 * RW : 256;
                 if (!pf) continue;
                 proto::Args pa = {};
                 pa.scales = S[0]; pa.x = x; pa.y = y;
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
                 pa.blocks = rec[10]; pa.ldx = rec[11]; pa.ldy = rec[12]; pa.epi = rec[13]; pa.parts = P;
                 // The load-order kernels take 64 KiB of (unused) shared memory: three threadgroups
                 // per multiprocessor whatever the split, the same for both orders.
-                const size_t sm = memmode ? 65536 : ring ? proto::Smem2(fm, P, pa.payload, NB, 4, 16) : proto::Smem(fm, P, pa.payload);
+                const size_t sm = memmode ? 65536 : ring ? proto::Smem2(fm, P, pa.payload, NB, RD, RW) : proto::Smem(fm, P, pa.payload);
                 if (sm > 227 * 1024) { printf("%-8s %-14s rows %d proto P %u NB %u: %zu bytes of shared memory\n", variant, name, rows, P, NB, sm); continue; }
                 CK(cudaFuncSetAttribute(pf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
                 int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pf, threads, sm));
@@ -210,8 +211,8 @@ int main(int argc, char** argv) {
                     float ms; CK(cudaEventElapsedTime(&ms, ev[0], ev[1])); pt.push_back(ms);
                 }
                 const double pms = median(pt), pgbs = copies * (double)per / (pms * 1e-3) / 1e9;
-                printf("%-8s %-14s rows %d %s P %u NB %u grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
-                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : ring ? "ring" : "proto", P, NB, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
+                printf("%-8s %-14s rows %d %s P %u NB %u D %u W %2u grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
+                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : ring ? "ring" : "proto", P, NB, RD, RW, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
                 fflush(stdout);
                 CK(cudaGraphExecDestroy(pge)); CK(cudaGraphDestroy(pg));
                 CK(cudaFree(pa.scratch)); CK(cudaFree(pa.counters));

@@ -473,18 +473,24 @@ inline const void* PickMem(int mode, int nb) {
     return nullptr;
 }
 
-// Pick2: blm_ws2 with 16 warps, a ring of 4 steps, 4 or 8 parts.
-inline const void* Pick2(int fm, int nb, unsigned parts) {
-    if (parts != 4 && parts != 8) return nullptr;
-    switch (fm * 10 + nb) {
-    case 11: return parts == 4 ? (const void*)blm_ws2<1, 1, 4, 16, 4> : (const void*)blm_ws2<1, 1, 4, 16, 8>;
-    case 12: return parts == 4 ? (const void*)blm_ws2<1, 2, 4, 16, 4> : (const void*)blm_ws2<1, 2, 4, 16, 8>;
-    case 21: return parts == 4 ? (const void*)blm_ws2<2, 1, 4, 16, 4> : (const void*)blm_ws2<2, 1, 4, 16, 8>;
-    case 22: return parts == 4 ? (const void*)blm_ws2<2, 2, 4, 16, 4> : (const void*)blm_ws2<2, 2, 4, 16, 8>;
-    case 31: return parts == 4 ? (const void*)blm_ws2<3, 1, 4, 16, 4> : (const void*)blm_ws2<3, 1, 4, 16, 8>;
-    case 32: return parts == 4 ? (const void*)blm_ws2<3, 2, 4, 16, 4> : (const void*)blm_ws2<3, 2, 4, 16, 8>;
-    }
+// Pick2: blm_ws2 for format fm, NB blocks per task, a ring of D steps, W warps, 4 or 8 parts:
+// the instantiations below (NB, D, W) ∈ {(1, 4, 16), (1, 3, 16), (2, 2, 16), (2, 3, 8), (1, 6, 8)}.
+template <int FM>
+inline const void* Pick2F(int nb, int d, int w, unsigned parts) {
+#define PROTO_P2(NB_, D_, W_)                                                                      \
+    if (nb == NB_ && d == D_ && w == W_)                                                           \
+        return parts == 4 ? (const void*)blm_ws2<FM, NB_, D_, W_, 4> : (const void*)blm_ws2<FM, NB_, D_, W_, 8>;
+    PROTO_P2(1, 4, 16)
+    PROTO_P2(1, 3, 16)
+    PROTO_P2(2, 2, 16)
+    PROTO_P2(2, 3, 8)
+    PROTO_P2(1, 6, 8)
+#undef PROTO_P2
     return nullptr;
+}
+inline const void* Pick2(int fm, int nb, int d, int w, unsigned parts) {
+    if (parts != 4 && parts != 8) return nullptr;
+    return fm == 1 ? Pick2F<1>(nb, d, w, parts) : fm == 2 ? Pick2F<2>(nb, d, w, parts) : fm == 3 ? Pick2F<3>(nb, d, w, parts) : nullptr;
 }
 
 inline const void* Pick(int fm, int nb) {
