@@ -198,6 +198,13 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	if g.context < 0 || g.prefillChunk < 0 {
 		return errors.New("--context and --prefill-chunk must not be negative")
 	}
+	// bench's flags before the bundle loads (minutes for a 27B).
+	if g.bench && g.runs < 1 {
+		return fmt.Errorf("--runs %d: want at least 1", g.runs)
+	}
+	if g.bench && g.snapshot < 0 {
+		return fmt.Errorf("--snapshot %d: want a token count (0 = off)", g.snapshot)
+	}
 	if err := req.Sampling.Validate(); err != nil {
 		return err
 	}
@@ -303,21 +310,15 @@ func benchPrompt(vocab int) []int32 {
 
 // runBench runs generate's Bench and prints its report.
 func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generate.Request) error {
-	if g.runs < 1 {
-		return fmt.Errorf("--runs %d: want at least 1", g.runs)
-	}
 	if req.PromptIDs == nil && req.Prompt == "" {
 		req.PromptIDs = benchPrompt(r.Target.Config().Vocab)
-	}
-	if g.snapshot < 0 {
-		return fmt.Errorf("--snapshot %d: want a token count (0 = off)", g.snapshot)
 	}
 	rep, err := r.Bench(ctx, req, g.runs)
 	if err != nil {
 		return err
 	}
 	if g.snapshot > 0 {
-		if rep.Snapshot, err = r.BenchSnapshot(ctx, g.snapshot, g.runs, g.noDraft); err != nil {
+		if rep.Snapshot, err = r.BenchSnapshot(ctx, g.snapshot, g.runs, g.noDraft, req.PrefillChunk); err != nil {
 			return err
 		}
 	}

@@ -382,6 +382,9 @@ func TestGenerateSpeculativeJSON(t *testing.T) {
 		{[]string{dir, "--prompt-ids", "1", "--confidence-stop", "2"}, "--confidence-stop"},
 		{[]string{"bench", dir, "--runs", "0"}, "--runs"},
 		{[]string{"bench", dir, "--snapshot", "-1"}, "--snapshot"},
+		// Refused before the bundle is opened: the path does not exist.
+		{[]string{"bench", filepath.Join(t.TempDir(), "none"), "--snapshot", "-1"}, "--snapshot"},
+		{[]string{"bench", filepath.Join(t.TempDir(), "none"), "--runs", "0"}, "--runs"},
 	} {
 		if code, _, stderr := runCLI(c.args...); code != 1 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%q: exit %d, stderr %q", c.args, code, stderr)

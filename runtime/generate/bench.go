@@ -42,8 +42,8 @@ type BenchReport struct {
 	// Identical reports whether the two runs generated the same tokens (they must for greedy
 	// decoding and the point-mass rule).
 	Identical bool `json:"identical"`
-	// Snapshot is the prefix-checkpoint measurement (BenchSnapshot; `bench --snapshot N`), null
-	// when not asked for.
+	// Snapshot is the prefix-checkpoint measurement (BenchSnapshot; `bench --snapshot N`),
+	// omitted when not asked for.
 	Snapshot *SnapshotReport `json:"snapshot,omitempty"`
 }
 
@@ -292,9 +292,9 @@ type SnapshotReport struct {
 	Tokens  int   `json:"tokens"`
 	Bytes   int64 `json:"bytes"`
 	Drafter bool  `json:"drafter"`
-	// PrefillSeconds is the no-sample prefill of the Tokens (what a restore saves);
-	// SnapshotSeconds and RestoreSeconds the best of the runs; *GBs = Bytes ÷ time (GB = 1e9
-	// bytes).
+	// PrefillSeconds is the no-sample prefill of the Tokens (what a restore saves): one run, in
+	// a fresh session (cold: its prefill programs are built on first use); SnapshotSeconds and
+	// RestoreSeconds the best of the runs; *GBs = Bytes ÷ time (GB = 1e9 bytes).
 	PrefillSeconds  float64 `json:"prefill_seconds"`
 	SnapshotSeconds float64 `json:"snapshot_seconds"`
 	RestoreSeconds  float64 `json:"restore_seconds"`
@@ -302,26 +302,28 @@ type SnapshotReport struct {
 	RestoreGBs      float64 `json:"restore_gb_per_s"`
 }
 
-// BenchSnapshot opens a session of capacity tokens + 1 (with the draft head when the runner has
-// one and noDraft is false), prefills tokens token ids without sampling (ids spread over the
-// vocabulary), then takes runs snapshots and runs restores of the last one, each timed alone,
-// and reports the best of each. Errors: tokens or runs < 1, tokens past MaxContext, a backend
-// whose sessions cannot snapshot (backend.ErrUnsupported), the session's.
-func (r *Runner) BenchSnapshot(ctx context.Context, tokens, runs int, noDraft bool) (*SnapshotReport, error) {
+// BenchSnapshot opens a session of its own, of capacity tokens + 1 (plus the draft block with
+// the draft head, which it has when the runner has one and noDraft is false; the request's
+// context length does not apply), prefills tokens token ids without sampling (ids spread over
+// the vocabulary) in chunks of prefillChunk rows (0: the backend's default), then takes runs
+// snapshots and runs restores of the last one, each timed alone, and reports the best of each.
+// Errors: tokens or runs < 1, a capacity past MaxContext, a backend whose sessions cannot
+// snapshot (backend.ErrUnsupported), the session's, ctx's.
+func (r *Runner) BenchSnapshot(ctx context.Context, tokens, runs int, noDraft bool, prefillChunk int) (*SnapshotReport, error) {
 	if tokens < 1 || runs < 1 {
 		return nil, fmt.Errorf("bench snapshot: %d tokens, %d runs: want at least 1 of each", tokens, runs)
 	}
-	if tokens+1 > MaxContext {
-		return nil, fmt.Errorf("bench snapshot: %d tokens: want at most %d", tokens, MaxContext-1)
-	}
-	opt := backend.SessionOptions{Capacity: tokens + 1, EOS: r.EOS, Sampling: sample.Params{TopP: 1}}
+	opt := backend.SessionOptions{Capacity: tokens + 1, EOS: r.EOS, Sampling: sample.Params{TopP: 1}, PrefillChunk: prefillChunk}
 	if r.Draft != nil && !noDraft {
 		opt.Drafter = r.Draft
 		opt.Capacity += r.Draft.BlockSize()
 	}
+	if opt.Capacity > MaxContext {
+		return nil, fmt.Errorf("bench snapshot: %d tokens need a context of %d: want at most %d", tokens, opt.Capacity, MaxContext)
+	}
 	sess, err := r.Target.NewSession(opt)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench snapshot: %w", err)
 	}
 	defer sess.Close()
 	sn, ok1 := sess.(backend.Snapshotter)
@@ -342,6 +344,9 @@ func (r *Runner) BenchSnapshot(ctx context.Context, tokens, runs int, noDraft bo
 	rep.PrefillSeconds = time.Since(t0).Seconds()
 	var snap backend.Snapshot
 	for i := range runs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		t := time.Now()
 		s, err := sn.Snapshot()
 		if err != nil {

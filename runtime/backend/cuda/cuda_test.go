@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"lithos/runtime/backend/gpu"
 )
 
 // The tests need a GPU. Where none is usable they skip, saying why (the Go machine: "libcuda.so.1
@@ -429,6 +431,18 @@ func TestMappedRing(t *testing.T) {
 	}
 }
 
+// TestTimeoutIsDeviceBusy (no GPU needed): a wait's timeout, wrapped as Wait wraps it, is a
+// gpu.ErrDeviceBusy, so that the shared runtime keeps the memory a hung kernel may still use.
+func TestTimeoutIsDeviceBusy(t *testing.T) {
+	err := fmt.Errorf("cuda: wait for the stream: %w (%v)", ErrTimeout, time.Second)
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, gpu.ErrDeviceBusy) {
+		t.Fatalf("%v: errors.Is ErrTimeout %v, gpu.ErrDeviceBusy %v", err, errors.Is(err, ErrTimeout), errors.Is(err, gpu.ErrDeviceBusy))
+	}
+	if errors.Is(errors.New("cuda: launch failed"), gpu.ErrDeviceBusy) {
+		t.Fatal("an unrelated error matches gpu.ErrDeviceBusy")
+	}
+}
+
 // TestWaitBounded: a wait shorter than a spinning kernel returns ErrTimeout; a long one then
 // sees it finish; event timing measures it.
 func TestWaitBounded(t *testing.T) {
@@ -464,8 +478,8 @@ func TestWaitBounded(t *testing.T) {
 	}
 	t0 := time.Now()
 	err = s.Wait(5 * time.Millisecond)
-	if !errors.Is(err, ErrTimeout) {
-		t.Fatalf("a 5 ms wait on a spinning kernel: %v", err)
+	if !errors.Is(err, ErrTimeout) || !errors.Is(err, gpu.ErrDeviceBusy) {
+		t.Fatalf("a 5 ms wait on a spinning kernel: %v (want ErrTimeout, which is a gpu.ErrDeviceBusy)", err)
 	}
 	if el := time.Since(t0); el > 500*time.Millisecond {
 		t.Fatalf("the 5 ms wait took %v", el)

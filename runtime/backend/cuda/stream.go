@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"time"
 	"unsafe"
+
+	"lithos/runtime/backend/gpu"
 )
 
 // Flags (cuda.h).
@@ -18,8 +20,20 @@ const (
 	captureModeThreadLc = 1   // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 )
 
-// ErrTimeout is wrapped by a wait that passed its bound.
-var ErrTimeout = errors.New("the device did not finish in time (a kernel hung, or the bound is too short for the work)")
+// ErrTimeout is wrapped by a wait that passed its bound. It is also a gpu.ErrDeviceBusy
+// (errors.Is): after a timeout the queued work may still be running and using its buffers, so
+// the shared GPU runtime keeps them (Session.Close, Target.Close, the snapshot staging buffer)
+// instead of freeing or reusing memory the device may still write.
+var ErrTimeout error = errTimeout{}
+
+type errTimeout struct{}
+
+func (errTimeout) Error() string {
+	return "the device did not finish in time (a kernel hung, or the bound is too short for the work)"
+}
+
+// Is reports ErrTimeout as a gpu.ErrDeviceBusy.
+func (errTimeout) Is(target error) bool { return target == gpu.ErrDeviceBusy }
 
 // Stream is a CUDA stream (non-blocking: it does not wait for the legacy NULL stream). Work
 // queued on it runs in order; Wait bounds the wait for it.

@@ -10,8 +10,8 @@ import (
 
 // ErrDeviceBusy is wrapped by a device's error when work it was given may still be running
 // after a bounded wait gave up on it (Metal: metal.ErrStuck, a command buffer still running
-// after Queue.Wait's bound and the drain wait that follows; the CUDA backend may wrap it for a
-// stream it cannot show idle): the device may still read and write every buffer and host
+// after Queue.Wait's bound and the drain wait that follows; CUDA: cuda.ErrTimeout, a stream
+// wait past its bound): the device may still read and write every buffer and host
 // buffer that work uses, including host memory it wraps without a copy (the weights' mapping),
 // so none of them may be freed or unmapped. Session.Close and Target.Close then keep
 // (leak) their memory instead of freeing it and return an error wrapping ErrDeviceBusy, so

@@ -21,13 +21,18 @@ var (
 
 // snapshotStage is the pinned staging buffer a session copies snapshots through (bytes), used
 // as two halves: while the device copies one chunk into (or out of) one half, the host copies
-// the other half's chunk (copyOut, copyIn). A variable so that tests can make chunks small.
+// the other half's chunk (copyOut, copyIn) — on CUDA, whose copies run as they are queued;
+// Metal commits queued work at Wait, so there the halves take turns. A variable so that tests
+// can make chunks small.
 var snapshotStage = 32 << 20
 
 // hostCopyPiece is the smallest piece of a host copy given to its own goroutine (bytes):
 // copying a chunk into freshly allocated memory is bound by page faults and one core's memcpy
 // (2.2 GB/s out, 5.2 GB/s in on the H200 machine with one goroutine, docs/serving.md §4).
 const hostCopyPiece = 1 << 20
+
+// hostCopy is the host side of a staging copy (parallelCopy; tests wrap it to see when it runs).
+var hostCopy = parallelCopy
 
 // parallelCopy copies src into dst (equal lengths) in pieces of at least hostCopyPiece bytes
 // over up to GOMAXPROCS (at most 8) goroutines.
@@ -115,6 +120,9 @@ func (s *Session) copyOut(dst []byte, src *Buffer, off int64) error {
 		return err
 	}
 	half := len(st.Bytes) / 2
+	if half == 0 {
+		return fmt.Errorf("snapshot staging buffer of %d bytes: want at least 2", len(st.Bytes))
+	}
 	queue := func(i int) error {
 		lo := i * half
 		n := min(half, len(dst)-lo)
@@ -138,7 +146,7 @@ func (s *Session) copyOut(dst []byte, src *Buffer, off int64) error {
 		}
 		lo := i * half
 		n := min(half, len(dst)-lo)
-		parallelCopy(dst[lo:lo+n], st.Bytes[(i&1)*half:(i&1)*half+n])
+		hostCopy(dst[lo:lo+n], st.Bytes[(i&1)*half:(i&1)*half+n])
 		if next {
 			if err := s.waitCopy(); err != nil {
 				return err
@@ -160,13 +168,16 @@ func (s *Session) copyIn(dst *Buffer, off int64, src []byte) error {
 		return err
 	}
 	half := len(st.Bytes) / 2
+	if half == 0 {
+		return fmt.Errorf("snapshot staging buffer of %d bytes: want at least 2", len(st.Bytes))
+	}
 	queued := false
 	for lo, i := 0, 0; lo < len(src); lo, i = lo+half, i+1 {
 		n := min(half, len(src)-lo)
 		h := st.Bytes[(i&1)*half : (i&1)*half+n]
 		// The copy queued last reads the other half; the one before it, which read this half,
 		// was awaited in the previous iteration.
-		parallelCopy(h, src[lo:lo+n])
+		hostCopy(h, src[lo:lo+n])
 		if queued {
 			if err := s.waitCopy(); err != nil {
 				return err
