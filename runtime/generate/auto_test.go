@@ -105,7 +105,7 @@ func autoLines(logs *bytes.Buffer) []string {
 
 // autoCands are auto's candidates with g as the GPU (its device present when usable is nil).
 func autoCands(g *fakeGPU, usable error) []candidate {
-	return []candidate{{g, func() error { return usable }}, {be: cpu.Backend{}}}
+	return []candidate{{g, func() (string, error) { return "", usable }}, {be: cpu.Backend{}}}
 }
 
 // TestAutoRefusedBundle: a GPU whose Load refuses the bundle (backend.ErrUnsupported) leaves

@@ -40,10 +40,11 @@ import (
 var Backends = []string{"auto", "cpu", "cuda", "metal"}
 
 // candidate is a backend that OpenWith may load; usable, when set, says whether its device is
-// present (nil) or why not (no driver, no GPU).
+// present (nil error, with the device's description as the first-use self-check keys it:
+// cuda.UsableDevice, metal.UsableDevice) or why not (no driver, no GPU).
 type candidate struct {
 	be     backend.Backend
-	usable func() error
+	usable func() (string, error)
 }
 
 // candidates returns the backends OpenWith tries for name, best first. An explicit name gives
@@ -55,10 +56,10 @@ func candidates(name string) ([]candidate, error) {
 	case "auto", "":
 		var cs []candidate
 		if metal.RunsModels {
-			cs = append(cs, candidate{metal.Backend{}, metal.Usable})
+			cs = append(cs, candidate{metal.Backend{}, metal.UsableDevice})
 		}
 		if cuda.RunsModels {
-			cs = append(cs, candidate{cuda.Backend{}, cuda.Usable})
+			cs = append(cs, candidate{cuda.Backend{}, cuda.UsableDevice})
 		}
 		return append(cs, candidate{be: cpu.Backend{}}), nil
 	case "cpu":
@@ -83,7 +84,10 @@ func NewBackend(name string) (backend.Backend, error) {
 		return nil, err
 	}
 	for _, c := range cs[:len(cs)-1] {
-		if c.usable == nil || c.usable() == nil {
+		if c.usable == nil {
+			return c.be, nil
+		}
+		if _, err := c.usable(); err == nil {
 			return c.be, nil
 		}
 	}
@@ -212,8 +216,17 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 		last := i == len(cs)-1
 		name := c.be.Name()
 		if !last && c.usable != nil {
-			if err := c.usable(); err != nil {
+			device, err := c.usable()
+			if err != nil {
 				log.Debug("backend auto: passed over, no usable device", "backend", name, "reason", err)
+				continue
+			}
+			// A verdict that this GPU failed its self-check for this bundle and executable
+			// passes it over before its weights are loaded (minutes for a 27B).
+			if v, path := cachedFailure(b, opt, mode, name, device, !opt.NoDraft && b.Manifest.Draft != nil); v != nil {
+				log.Warn(fmt.Sprintf("backend auto: %s failed (cached verdict; %s=force checks again) its first-use self-check against %s; running on %s (--backend %s runs it unchecked)",
+					name, SelfCheckEnv, cs[len(cs)-1].be.Name(), cs[i+1].be.Name(), name),
+					"reason", v.Detail, "verdict_file", path, "checked_at", v.Checked.Format(time.RFC3339))
 				continue
 			}
 		}

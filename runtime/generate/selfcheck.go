@@ -18,7 +18,6 @@ import (
 
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/gpu"
-	"lithos/runtime/backend/metal"
 	"lithos/runtime/bundle"
 	"lithos/runtime/sample"
 )
@@ -130,17 +129,48 @@ type verdict struct {
 // key returns the runner's check key (its backend, device, the executable and the bundle).
 // Errors: the executable cannot be read, the manifest cannot be encoded.
 func (r *Runner) key() (checkKey, error) {
+	return keyFor(r.Bundle, r.Backend.Name(), deviceName(r.Target), r.Draft != nil)
+}
+
+// keyFor is the check key of a target of backend on device (deviceName's string) for bundle b,
+// with or without its draft head.
+func keyFor(b *bundle.Bundle, backend, device string, draft bool) (checkKey, error) {
 	exe, err := executableHash()
 	if err != nil {
 		return checkKey{}, err
 	}
-	m, err := json.Marshal(r.Bundle.Manifest)
+	m, err := json.Marshal(b.Manifest)
 	if err != nil {
-		return checkKey{}, fmt.Errorf("bundle %s: manifest: %w", r.Bundle.Dir, err)
+		return checkKey{}, fmt.Errorf("bundle %s: manifest: %w", b.Dir, err)
 	}
 	h := sha256.Sum256(m)
-	return checkKey{Version: selfCheckVersion, Backend: r.Backend.Name(), Device: deviceName(r.Target),
-		Executable: exe, Bundle: hex.EncodeToString(h[:]), Draft: r.Draft != nil}, nil
+	return checkKey{Version: selfCheckVersion, Backend: backend, Device: device,
+		Executable: exe, Bundle: hex.EncodeToString(h[:]), Draft: draft}, nil
+}
+
+// cachedFailure returns the cached verdict and its file when the self-check of a target of
+// backend on device for bundle b (with its draft head when draft) failed before and mode
+// trusts cached verdicts (SelfCheckOn): OpenWith then passes the GPU over without loading the
+// weights. nil when there is no such verdict, it passed, or it cannot be read.
+func cachedFailure(b *bundle.Bundle, opt Options, mode, backend, device string, draft bool) (*verdict, string) {
+	if mode != SelfCheckOn {
+		return nil, ""
+	}
+	key, err := keyFor(b, backend, device, draft)
+	if err != nil {
+		return nil, ""
+	}
+	dir := opt.SelfCheckDir
+	if dir == "" {
+		if dir, err = defaultSelfCheckDir(); err != nil {
+			return nil, ""
+		}
+	}
+	path := key.file(dir)
+	if v, ok := readVerdict(path, key); ok && !v.Pass {
+		return v, path
+	}
+	return nil, ""
 }
 
 // file returns the verdict file of k in dir: <backend>-<16 hex digits of the key's SHA-256>.json.
@@ -178,13 +208,9 @@ func deviceName(t backend.Target) string {
 		return ""
 	}
 	switch d := gt.Device.(type) {
-	case interface{ Profile() metal.Profile }:
-		s := d.Profile().String()
-		if v := metal.OSVersion(); v != "" {
-			s += ", macOS " + v
-		}
-		return s
-	case fmt.Stringer:
+	case interface{ Description() string }: // metal.Device
+		return d.Description()
+	case fmt.Stringer: // the CUDA runtime device
 		return d.String()
 	}
 	return gt.Device.Name()

@@ -74,10 +74,10 @@ func TestSelfCheckGPUError(t *testing.T) {
 		t.Errorf("verdict %+v: want a failure recording the fault after the prefill's token", v)
 	}
 	logs.Reset()
-	before := g.sessions
+	before, loads := g.sessions, g.loads
 	r2 := openAuto(t, dir, cache, "", g, &logs)
-	if warn := warnings(&logs); r2.Backend.Name() != "cpu" || g.sessions != before+1 || len(warn) != 1 || !strings.Contains(warn[0], "cached verdict") || !strings.Contains(warn[0], fault.Error()) {
-		t.Errorf("second open: backend %s, %d sessions, warnings %q: want cpu from the cached failure, the probe only", r2.Backend.Name(), g.sessions-before, warn)
+	if warn := warnings(&logs); r2.Backend.Name() != "cpu" || g.sessions != before || g.loads != loads || len(warn) != 1 || !strings.Contains(warn[0], "cached verdict") || !strings.Contains(warn[0], fault.Error()) {
+		t.Errorf("second open: backend %s, %d sessions, %d loads, warnings %q: want cpu from the cached failure, the GPU not loaded", r2.Backend.Name(), g.sessions-before, g.loads-loads, warn)
 	}
 
 	// The device stays busy after the fault.
@@ -136,7 +136,7 @@ func TestSelfCheckNotGPUErrors(t *testing.T) {
 	broken := errors.New("fake: the CPU reference cannot load")
 	g = &fakeGPU{}
 	ref := &fakeGPU{name: "cpu", loadErr: broken}
-	_, err = openWith(context.Background(), dir, Options{SelfCheckDir: cache, Log: quiet()}, []candidate{{g, func() error { return nil }}, {be: ref}})
+	_, err = openWith(context.Background(), dir, Options{SelfCheckDir: cache, Log: quiet()}, []candidate{{g, func() (string, error) { return "", nil }}, {be: ref}})
 	if !errors.Is(err, broken) || !strings.Contains(err.Error(), "self-check: cpu: ") || len(verdicts(t, cache)) != 0 || g.closes != 1 {
 		t.Errorf("CPU failure: error %v, %d verdicts, %d GPU closes: want the CPU's error, none, 1", err, len(verdicts(t, cache)), g.closes)
 	}
@@ -195,7 +195,7 @@ func TestSelfCheckRoundsNearTie(t *testing.T) {
 		cache := t.TempDir()
 		g := &fakeGPU{wrap: flatLogits(c.from)}
 		ref := &fakeGPU{name: "cpu", wrap: flatLogits(-1)}
-		r, err := openWith(context.Background(), dir, Options{SelfCheckDir: cache, Log: quiet()}, []candidate{{g, func() error { return nil }}, {be: ref}})
+		r, err := openWith(context.Background(), dir, Options{SelfCheckDir: cache, Log: quiet()}, []candidate{{g, func() (string, error) { return "", nil }}, {be: ref}})
 		if err != nil {
 			t.Fatal(err)
 		}

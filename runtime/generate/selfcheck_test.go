@@ -237,7 +237,7 @@ func TestSelfCheckPass(t *testing.T) {
 // TestSelfCheckWrongTokens: a GPU whose tokens differ (logits right) is passed over for the
 // CPU with one warning naming the step and tokens; the GPU target is closed; the failed
 // verdict is cached, so a second open warns again (saying the verdict is cached) without
-// running the check — only the probe's session.
+// loading the GPU target at all (no upload of the weights, no probe, no check).
 func TestSelfCheckWrongTokens(t *testing.T) {
 	dir := draftFixture(t, "b", pack.DraftBF16, 1)
 	cache := t.TempDir()
@@ -270,8 +270,15 @@ func TestSelfCheckWrongTokens(t *testing.T) {
 	logs.Reset()
 	r2 := openAuto(t, dir, cache, "", g, &logs)
 	warn = warnings(&logs)
-	if r2.Backend.Name() != "cpu" || g.sessions != 3 || g.closes != 2 || len(warn) != 1 || !strings.Contains(warn[0], "cached verdict") {
-		t.Errorf("second open: backend %s, %d GPU sessions, %d closes, warnings %q: want cpu, 3, 2, one about the cached verdict", r2.Backend.Name(), g.sessions, g.closes, warn)
+	if r2.Backend.Name() != "cpu" || g.loads != 1 || g.sessions != 2 || g.closes != 1 || len(warn) != 1 || !strings.Contains(warn[0], "cached verdict") ||
+		!strings.Contains(warn[0], "the GPU chose token") {
+		t.Errorf("second open: backend %s, GPU loads %d, %d GPU sessions, %d closes, warnings %q: want cpu, 1, 2, 1 (nothing new), one about the cached verdict", r2.Backend.Name(), g.loads, g.sessions, g.closes, warn)
+	}
+	// With the check forced the GPU is loaded and checked again.
+	logs.Reset()
+	openAuto(t, dir, cache, SelfCheckForce, g, &logs)
+	if g.loads != 2 || g.closes != 2 {
+		t.Errorf("forced check: GPU loads %d, closes %d: want 2, 2", g.loads, g.closes)
 	}
 }
 

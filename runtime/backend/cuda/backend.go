@@ -23,14 +23,27 @@ func (Backend) Name() string { return "cuda" }
 // of compute capability ≥ MinComputeCapability opens) and NVRTC, which compiles the kernels at
 // start, loads; else the reason (Open's errors, NVRTC missing or older than 12).
 func Usable() error {
+	_, err := UsableDevice()
+	return err
+}
+
+// UsableDevice is Usable that also returns the description of the GPU it found: the string a
+// target loaded on it gives (runtimeDevice.String: Info, NVRTC version), by which
+// runtime/generate keys its first-use self-check verdicts, so that a cached verdict can be read
+// before the weights are uploaded. "" with an error.
+func UsableDevice() (string, error) {
 	d, err := Open(0)
 	if err != nil {
-		return err
+		return "", err
 	}
+	info := d.Info
 	if err := d.Close(); err != nil {
-		return err
+		return "", err
 	}
-	return loadNVRTC()
+	if err := loadNVRTC(); err != nil {
+		return "", err
+	}
+	return describe(info), nil
 }
 
 // Load opens the GPU, loads the kernel module (compiled by NVRTC for the device, or read from

@@ -39,12 +39,15 @@ func (r *runtimeDevice) HostAlloc(size int64, mapped bool) (*gpu.HostBuffer, err
 // capability, memory, SMs, L2, driver), then ", NVRTC <major>.<minor>" (NVRTCVersion; "NVRTC
 // unknown" when it cannot be read). runtime/generate keys its first-use self-check verdicts by
 // it, so a driver or NVRTC update checks again.
-func (r *runtimeDevice) String() string {
+func (r *runtimeDevice) String() string { return describe(r.d.Info) }
+
+// describe is runtimeDevice.String of a device with info (UsableDevice gives the same).
+func describe(info Info) string {
 	nv := "unknown"
 	if major, minor, err := NVRTCVersion(); err == nil {
 		nv = fmt.Sprintf("%d.%d", major, minor)
 	}
-	return r.d.Info.String() + ", NVRTC " + nv
+	return info.String() + ", NVRTC " + nv
 }
 
 // UploadStaged asks the kernel to read the mapping ahead (it is read once, front to back),

@@ -13,6 +13,7 @@ import (
 	"lithos/kernels"
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
+	"lithos/runtime/backend/gpu"
 	"lithos/runtime/model/goldentest"
 	"lithos/runtime/sample"
 )
@@ -267,6 +268,13 @@ func TestBackendLoad(t *testing.T) {
 	defer tg.Close()
 	if dr, err := tg.LoadDraft(t.Context(), b); dr != nil || err != nil {
 		t.Fatalf("LoadDraft: %v, %v", dr, err)
+	}
+	// UsableDevice describes the device as the loaded target's device does (runtime/generate
+	// reads a cached self-check verdict by it before loading).
+	desc, err := UsableDevice()
+	gt, ok := tg.(*gpu.Target)
+	if err != nil || !ok || desc == "" || desc != gt.Device.(fmt.Stringer).String() {
+		t.Fatalf("UsableDevice %q, %v; the loaded target's device %v", desc, err, tg)
 	}
 	s, err := tg.NewSession(backend.SessionOptions{Capacity: 128, Sampling: greedySampling})
 	if err != nil {

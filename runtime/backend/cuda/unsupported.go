@@ -30,5 +30,8 @@ func (Backend) Load(context.Context, *bundle.Bundle) (backend.Target, error) {
 // Usable returns why the CUDA backend cannot run here.
 func Usable() error { return errUnsupported }
 
+// UsableDevice returns "" and why the CUDA backend cannot run here.
+func UsableDevice() (string, error) { return "", errUnsupported }
+
 // RunsModels is false: no CUDA on this platform.
 const RunsModels = false

@@ -18,11 +18,31 @@ import (
 // Usable returns nil when a Metal device opens and its kernel library compiles, else the
 // reason.
 func Usable() error {
+	_, err := UsableDevice()
+	return err
+}
+
+// UsableDevice is Usable that also returns the device's Description, by which runtime/generate
+// keys its first-use self-check verdicts (so that a cached verdict can be read before the
+// weights are mapped); "" with an error.
+func UsableDevice() (string, error) {
 	d, err := Open()
 	if err != nil {
-		return err
+		return "", err
 	}
-	return d.Close()
+	desc := d.Description()
+	return desc, d.Close()
+}
+
+// Description describes the device for the self-check verdicts: its Profile (chip, GPU
+// family, cores, working set, largest buffer, unified memory), then ", macOS <version>" when
+// the version can be read — an OS update (a new Metal compiler) checks again.
+func (d *Device) Description() string {
+	s := d.Profile().String()
+	if v := OSVersion(); v != "" {
+		s += ", macOS " + v
+	}
+	return s
 }
 
 // Load opens the Metal device (its kernel library compiled with MSL 3.1), announces the

@@ -29,3 +29,6 @@ func (Backend) Load(context.Context, *bundle.Bundle) (backend.Target, error) {
 
 // Usable returns ErrUnsupported.
 func Usable() error { return ErrUnsupported }
+
+// UsableDevice returns "" and ErrUnsupported.
+func UsableDevice() (string, error) { return "", ErrUnsupported }
