@@ -160,10 +160,11 @@ int main(int argc, char** argv) {
             for (char* tok = strtok(buf, " ,"); tok; tok = strtok(nullptr, " ,")) {
                 // "wP:NB[:D:W]": blm_ws2 with a ring of D steps (default 4) and W warps (default 16).
                 unsigned P = 0, NB = 0, RD = 4, RW = 16;
-                if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r' || tok[0] == 'w'), "%u:%u:%u:%u", &P, &NB, &RD, &RW) < 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
+                if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r' || tok[0] == 'w' || tok[0] == 's'), "%u:%u:%u:%u", &P, &NB, &RD, &RW) < 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
                 const int memmode = tok[0] == 'm' ? 1 : tok[0] == 'r' ? 2 : 0;  // "m P:NB" fragment order, "r P:NB" row order
-                const bool ring = tok[0] == 'w';  // "w P:NB": blm_ws2 (row-order ring)
-                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : ring ? proto::Pick2(fm, (int)NB, (int)RD, (int)RW, P) : proto::Pick(fm, (int)NB);
+                const bool sk = tok[0] == 's';              // "s P:1:D:W": blm_ws2 with the stream-K split
+                const bool ring = tok[0] == 'w' || sk;  // "w P:NB": blm_ws2 (row-order ring)
+                const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : sk ? proto::PickSK(fm, (int)RD, (int)RW, P) : ring ? proto::Pick2(fm, (int)NB, (int)RD, (int)RW, P) : proto::Pick(fm, (int)NB);
                 const unsigned threads = ring ? 32 * RW : 256;
                 if (!pf) continue;
                 proto::Args pa = {};
@@ -181,8 +182,20 @@ int main(int argc, char** argv) {
                 unsigned grid = prop.multiProcessorCount * occ / P * P;
                 const unsigned need = (ntasks + threads / 32 - 1) / (threads / 32) * P;
                 if (grid > need) grid = need;
-                CK(cudaMalloc(&pa.scratch, (size_t)4 * P * pa.blocks * 128)); CK(cudaMalloc(&pa.counters, 4 * ntasks));
-                CK(cudaMemsetAsync(pa.counters, 0, 4 * ntasks, s));
+                pa.smax = 1;
+                if (sk) {
+                    // Every warp of a part needs at least one (block, word) unit of the part.
+                    const unsigned U = pa.blocks * ((pa.payload + 15) / 16), UWp = (pa.payload + 15) / 16;
+                    if (U < RW) { printf("%-8s %-14s rows %d %s: fewer units than warps\n", variant, name, rows, tok); continue; }
+                    unsigned cpp = prop.multiProcessorCount * occ / P;
+                    if (cpp * RW > U) cpp = U / RW;
+                    grid = cpp * P;
+                    const unsigned L = U / (cpp * RW);
+                    pa.smax = (UWp + L - 1) / L + 1;
+                }
+                const unsigned nctr = ntasks > pa.blocks ? ntasks : pa.blocks;
+                CK(cudaMalloc(&pa.scratch, (size_t)4 * P * pa.blocks * pa.smax * 128)); CK(cudaMalloc(&pa.counters, 4 * nctr));
+                CK(cudaMemsetAsync(pa.counters, 0, 4 * nctr, s));
                 cudaFuncAttributes pfa; CK(cudaFuncGetAttributes(&pfa, pf));
                 auto plaunch = [&](int c) {
                     proto::Args b = pa; b.w = W[c]; b.scales = S[c];
@@ -212,7 +225,7 @@ int main(int argc, char** argv) {
                 }
                 const double pms = median(pt), pgbs = copies * (double)per / (pms * 1e-3) / 1e9;
                 printf("%-8s %-14s rows %d %s P %u NB %u D %u W %2u grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
-                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : ring ? "ring" : "proto", P, NB, RD, RW, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
+                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : sk ? "ringSK" : ring ? "ring" : "proto", P, NB, RD, RW, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
                 fflush(stdout);
                 CK(cudaGraphExecDestroy(pge)); CK(cudaGraphDestroy(pg));
                 CK(cudaFree(pa.scratch)); CK(cudaFree(pa.counters));

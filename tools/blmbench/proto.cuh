@@ -36,6 +36,7 @@ struct Args {
     float* scratch;   // [P, blocks·16, 8] partial sums
     u32* counters;    // [ntasks], zero between launches
     u32 rows, n, k, uw, stripe, payload, blocks, ldx, ldy, epi, parts;
+    u32 smax;  // blm_ws2 with SK: scratch slots per (part, block) ([P, blocks, smax, 128])
 };
 
 // Codes per 16-byte word and MMAs per word (m16n8k16, four K slots per lane).
@@ -212,8 +213,16 @@ inline size_t Smem(int fm, u32 parts, u32 payload);
 // shared memory (16-byte chunks of odd rows swizzled by 4 chunks when S ≥ 8, so that the
 // reads of a quad-step are conflict-free). Block scales as blm_ws (2-byte loads, one step
 // ahead). WARPS warps per threadgroup share the part's split activations.
-template <int FM, int NB, int D, int WARPS, int PP>
+//
+// SK (NB 1 only): a "stream-K" split instead of whole-block tasks. A part's units (block,
+// word) in block-major order are cut into one contiguous, equal share per warp of the part
+// (the grid must give every warp at least one unit); a warp emits a partial sum for every block
+// its share touches, into slot (its index − the index of the first warp touching the block),
+// and the last of the P·(warps touching it) arrivals adds the slots, parts outer and slots
+// inner: an order fixed by the shape and the grid.
+template <int FM, int NB, int D, int WARPS, int PP, bool SK = false>
 __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
+    static_assert(!SK || NB == 1, "the stream-K split takes one block at a time");
     extern __shared__ __align__(16) uint4 xs[];
     constexpr u32 EPW = F<FM>::epw, MPW = F<FM>::mpw, QV = 6u * MPW / 4u;
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -260,7 +269,15 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
     const u32 BB = 16u * a.uw * 512u, rowB = 8u * a.uw * 512u;
     const u32 tstride = cpp * WARPS, tfirst = ci * WARPS + warp;
     const u32 mytasks = tfirst < ntasks ? (ntasks - tfirst + tstride - 1u) / tstride : 0u;
-    const u32 total = mytasks * UWp;
+    // SK: this warp's share [us, us + total) of the part's U units; Wp warps per part.
+    const u32 U = a.blocks * UWp, Wp = cpp * WARPS, wg = ci * WARPS + warp;
+    const u32 us = SK ? (u32)((unsigned long long)wg * U / Wp) : 0u;
+    const u32 total = SK ? (u32)((unsigned long long)(wg + 1u) * U / Wp) - us : mytasks * UWp;
+    const u32 jb = SK ? us % UWp : 0u, bb = SK ? us / UWp : 0u;  // first word and block
+    // blockOf(k): the first block of the warp's k-th task (SK: its k-th block).
+    auto blockOf = [&](u32 k) -> u32 { return SK ? bb + k : (tfirst + k * tstride) * NB; };
+    // wfirst(x): the warp of the part whose share holds unit x (the shares are non-empty).
+    auto wfirst = [&](u32 x) -> u32 { return (u32)(((unsigned long long)(x + 1u) * Wp + U - 1u) / U) - 1u; };
     const u32 sw = S >= 8u ? 4u : 0u;  // chunk swizzle of odd rows
     lk::blm_gen gn;
     gn.uA0 = a.w; gn.uB0 = a.w; gn.uA1 = a.w; gn.uB1 = a.w;
@@ -268,14 +285,13 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
     // Three cursors over this warp's steps (task k of the warp, word j): the copies issued
     // (D − 1 steps ahead), the block scales loaded (one step ahead) and the step computed.
     // They only move forward, one step at a time, so no division is needed.
-    u32 ik = 0u, ij = 0u, sk = 0u, sj = 0u, ck = 0u, cj = 0u, in = 0u;
+    u32 ik = 0u, ij = jb, sk = 0u, sj = jb, ck = 0u, cj = jb, in = 0u;
     auto issue = [&]() {
         if (in < total) {
-            const u32 task = tfirst + ik * tstride;
             uint4* dst = ring + (in % D) * slotU4;
 #pragma unroll
             for (u32 b = 0; b < NB; ++b) {
-                const u32 blk = min(task * NB + b, a.blocks - 1u);
+                const u32 blk = min(blockOf(ik) + b, a.blocks - 1u);
                 const unsigned char* src = a.w + (size_t)blk * BB + ij * 512u + s0 * 16u;
 #pragma unroll
                 for (u32 i = 0; i < S / 2u; ++i) {
@@ -300,11 +316,10 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
     u32 sn = 0u;
     auto scales = [&](u32 (&Sc)[NB][4]) {
         if (FM != 1 || sn >= total) return;
-        const u32 task = tfirst + sk * tstride;
         const u32 sbi = a.payload + 2u * sj;
 #pragma unroll
         for (u32 b = 0; b < NB; ++b) {
-            const unsigned char* base = a.w + (size_t)min(task * NB + b, a.blocks - 1u) * BB + g * a.uw * 512u;
+            const unsigned char* base = a.w + (size_t)min(blockOf(sk) + b, a.blocks - 1u) * BB + g * a.uw * 512u;
 #pragma unroll
             for (u32 u = 0; u < SQ; ++u) {
                 const u32 so = ((sbi >> 4) * 32u + s0 + 4u * u + q) * 16u + (sbi & 15u);
@@ -320,7 +335,7 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
         scales(nS);
         lk::blm_cp_wait<D - 1>();
         __syncwarp();
-        const u32 j = cj, task = tfirst + ck * tstride;
+        const u32 j = cj, task = tfirst + ck * tstride, b0 = blockOf(ck);
         if (++cj == UWp) { cj = 0u; ++ck; }
         const uint4* sl = ring + (n % D) * slotU4;
 #pragma unroll
@@ -344,13 +359,16 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
         for (u32 b = 0; b < NB; ++b)
 #pragma unroll
             for (u32 u = 0; u < 4u; ++u) cS[b][u] = nS[b][u];
-        if (cj != 0u) continue;
-        // The task's last word: partial sums out, the last part's warp adds the parts.
-        const u32 b0 = task * NB;
+        if (cj != 0u && !(SK && n + 1u == total)) continue;
+        // The task's last word (SK: the block's, or the share's): partial sums out, the last
+        // arrival adds them.
+        const u32 w0 = SK ? wfirst(b0 * UWp) : 0u;
+        const u32 nseg = SK ? wfirst(b0 * UWp + UWp - 1u) - w0 + 1u : 1u;
+        const u32 slot0 = SK ? wg - w0 : 0u, smax = SK ? a.smax : 1u;
 #pragma unroll
         for (u32 b = 0; b < NB; ++b) {
             if (b0 + b < a.blocks) {
-                float* sp = a.scratch + ((size_t)p * a.blocks + b0 + b) * 128u;
+                float* sp = a.scratch + (((size_t)p * a.blocks + b0 + b) * smax + slot0) * 128u;
                 sp[g * 8u + 2u * q] = acc[b][0]; sp[g * 8u + 2u * q + 1u] = acc[b][1];
                 sp[(g + 8u) * 8u + 2u * q] = acc[b][2]; sp[(g + 8u) * 8u + 2u * q + 1u] = acc[b][3];
             }
@@ -359,11 +377,12 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
         if (PROTO_FENCE) __threadfence();
         __syncwarp();
         u32 old = 0u;
-        if (lane == 0u) old = atomicAdd(a.counters + task, 1u);
+        const u32 ctr = SK ? b0 : task;
+        if (lane == 0u) old = atomicAdd(a.counters + ctr, 1u);
         old = __shfl_sync(0xFFFFFFFFu, old, 0);
-        if (old != P - 1u) continue;
+        if (old != P * nseg - 1u) continue;
         if (PROTO_FENCE) __threadfence();
-        if (lane == 0u) a.counters[task] = 0u;
+        if (lane == 0u) a.counters[ctr] = 0u;
         const float af = FM == 1 ? 256.0f : 1.0f;
         const u32 per = a.epi == 2u ? 8u : 16u;
         for (u32 idx = lane; idx < NB * per * a.rows; idx += 32u) {
@@ -372,11 +391,12 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
             if (blk >= a.blocks) continue;
             const u32 nn = blk * 16u + i;
             float v = 0.0f, up = 0.0f;
-            for (u32 pp = 0; pp < P; ++pp) {
-                const float* sp = a.scratch + ((size_t)pp * a.blocks + blk) * 128u;
-                v += __ldcg(sp + i * 8u + t);
-                if (a.epi == 2u) up += __ldcg(sp + (i + 8u) * 8u + t);
-            }
+            for (u32 pp = 0; pp < P; ++pp)
+                for (u32 sg = 0; sg < nseg; ++sg) {
+                    const float* sp = a.scratch + (((size_t)pp * a.blocks + blk) * smax + sg) * 128u;
+                    v += __ldcg(sp + i * 8u + t);
+                    if (a.epi == 2u) up += __ldcg(sp + (i + 8u) * 8u + t);
+                }
             if (a.epi == 2u) {
                 if (nn + 8u < a.n) {
                     const float gate = v * af * a.scales[nn];
@@ -488,6 +508,22 @@ inline const void* Pick2F(int nb, int d, int w, unsigned parts) {
 #undef PROTO_P2
     return nullptr;
 }
+// PickSK: blm_ws2 with the stream-K split (NB 1), the same ring shapes.
+template <int FM>
+inline const void* PickSKF(int d, int w, unsigned parts) {
+#define PROTO_SK(D_, W_)                                                                           \
+    if (d == D_ && w == W_)                                                                        \
+        return parts == 4 ? (const void*)blm_ws2<FM, 1, D_, W_, 4, true> : (const void*)blm_ws2<FM, 1, D_, W_, 8, true>;
+    PROTO_SK(4, 16)
+    PROTO_SK(3, 16)
+#undef PROTO_SK
+    return nullptr;
+}
+inline const void* PickSK(int fm, int d, int w, unsigned parts) {
+    if (parts != 4 && parts != 8) return nullptr;
+    return fm == 1 ? PickSKF<1>(d, w, parts) : fm == 2 ? PickSKF<2>(d, w, parts) : fm == 3 ? PickSKF<3>(d, w, parts) : nullptr;
+}
+
 inline const void* Pick2(int fm, int nb, int d, int w, unsigned parts) {
     if (parts != 4 && parts != 8) return nullptr;
     return fm == 1 ? Pick2F<1>(nb, d, w, parts) : fm == 2 ? Pick2F<2>(nb, d, w, parts) : fm == 3 ? Pick2F<3>(nb, d, w, parts) : nullptr;
