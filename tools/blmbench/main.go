@@ -5,7 +5,11 @@
 // nvcc for each source variant (a variant is the generated source with a patch applied, for
 // experiments that cannot be expressed through the record) and runs it on the GPU, so several
 // kernel variants are timed in one device call against the read bandwidth measured by the same
-// binary. docs/performance.md §3 reports its numbers.
+// binary. With PROTO set, the harness also times the prototype kernels of proto.cuh (embedded
+// too) on the same bytes: the barrier-free blm_ws ("P:NB"), the row-order ring blm_ws2
+// ("wP:NB[:D:W]"), its stream-K split ("sP:1:D:W"), and the loads alone in fragment or row
+// order ("mP:NB", "rP:NB"), each against the generated kernel's outputs and time.
+// docs/performance.md §3 reports its numbers (§3.3g the prototypes').
 //
 //	go run ./tools/blmbench -o DIR
 package main
