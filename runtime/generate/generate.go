@@ -175,7 +175,9 @@ func Open(ctx context.Context, dir, backendName string, log *slog.Logger) (*Runn
 // same mapped bundle, tokens identical and each step's logits within SelfCheckTolerance. One
 // that fails is passed over with a warning saying what differed; the verdict, failed or
 // passed, is cached per backend, device, executable and bundle manifest in opt.SelfCheckDir,
-// so the check runs once (opt.SelfCheck, $LITHOS_SELFCHECK: off, force). A GPU-side error
+// so the check runs once (opt.SelfCheck, $LITHOS_SELFCHECK: off, force); a cached failure is
+// read before the GPU target is loaded (the device's description from the candidate's usable:
+// cuda.UsableDevice, metal.UsableDevice), so a GPU that failed is passed over without loading. A GPU-side error
 // during the check (a kernel fault, a command-buffer error, a wait that gave up, a session
 // that fails to close) fails it the same way, the error text in the verdict; a CPU-side error
 // or ctx's is returned. A GPU target passed over after a failed check whose Close fails is
@@ -224,8 +226,7 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 			// A verdict that this GPU failed its self-check for this bundle and executable
 			// passes it over before its weights are loaded (minutes for a 27B).
 			if v, path := cachedFailure(b, opt, mode, name, device, !opt.NoDraft && b.Manifest.Draft != nil); v != nil {
-				log.Warn(fmt.Sprintf("backend auto: %s failed (cached verdict; %s=force checks again) its first-use self-check against %s; running on %s (--backend %s runs it unchecked)",
-					name, SelfCheckEnv, cs[len(cs)-1].be.Name(), cs[i+1].be.Name(), name),
+				log.Warn(failedCheckMessage(name, true, cs[len(cs)-1].be.Name(), cs[i+1].be.Name()),
 					"reason", v.Detail, "verdict_file", path, "checked_at", v.Checked.Format(time.RFC3339))
 				continue
 			}
@@ -298,15 +299,20 @@ func (r *Runner) checkGPU(ctx context.Context, opt Options, mode string, ref bac
 	case v.Pass:
 		r.Log.Info(fmt.Sprintf("backend auto: %s passed its first-use self-check against %s", name, ref.Name()), append(attrs, "detail", v.Detail)...)
 	default:
-		how := "failed"
-		if cached {
-			how = "failed (cached verdict; " + SelfCheckEnv + "=force checks again)"
-		}
-		r.Log.Warn(fmt.Sprintf("backend auto: %s %s its first-use self-check against %s; running on %s (--backend %s runs it unchecked)", name, how, ref.Name(), next, name),
-			append([]any{"reason", v.Detail}, attrs...)...)
+		r.Log.Warn(failedCheckMessage(name, cached, ref.Name(), next), append([]any{"reason", v.Detail}, attrs...)...)
 		return v, nil
 	}
 	return nil, nil
+}
+
+// failedCheckMessage is the warning of a GPU backend name whose self-check against ref failed
+// (cached: the verdict was read from the cache), the run going on next.
+func failedCheckMessage(name string, cached bool, ref, next string) string {
+	how := "failed"
+	if cached {
+		how = "failed (cached verdict; " + SelfCheckEnv + "=force checks again)"
+	}
+	return fmt.Sprintf("backend auto: %s %s its first-use self-check against %s; running on %s (--backend %s runs it unchecked)", name, how, ref, next, name)
 }
 
 // probe opens and closes a session with the options of so (nil: greedy, the point-mass rule)

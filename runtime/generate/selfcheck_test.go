@@ -274,11 +274,29 @@ func TestSelfCheckWrongTokens(t *testing.T) {
 		!strings.Contains(warn[0], "the GPU chose token") {
 		t.Errorf("second open: backend %s, GPU loads %d, %d GPU sessions, %d closes, warnings %q: want cpu, 1, 2, 1 (nothing new), one about the cached verdict", r2.Backend.Name(), g.loads, g.sessions, g.closes, warn)
 	}
-	// With the check forced the GPU is loaded and checked again.
+	// When the device's description before loading is not the loaded target's (the verdict
+	// key differs), the cached failure is found after the load, with the same warning.
+	logs.Reset()
+	r3, err := openWith(context.Background(), dir, Options{SelfCheckDir: cache, Log: logTo(&logs, slog.LevelDebug)},
+		[]candidate{{g, func() (string, error) { return "another description", nil }}, {be: cpu.Backend{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r3.Close()
+	warn = warnings(&logs)
+	if r3.Backend.Name() != "cpu" || g.loads != 2 || g.closes != 2 || len(warn) != 1 ||
+		!strings.Contains(warn[0], "fakegpu failed (cached verdict; "+SelfCheckEnv+"=force checks again) its first-use self-check against cpu; running on cpu") {
+		t.Errorf("pre-load key missed: backend %s, GPU loads %d, closes %d, warnings %q: want cpu, 2, 2, the cached-verdict warning", r3.Backend.Name(), g.loads, g.closes, warn)
+	}
+	// With the check forced the GPU is loaded and checked again; with it off the GPU runs
+	// unchecked, the cached failure notwithstanding.
 	logs.Reset()
 	openAuto(t, dir, cache, SelfCheckForce, g, &logs)
-	if g.loads != 2 || g.closes != 2 {
-		t.Errorf("forced check: GPU loads %d, closes %d: want 2, 2", g.loads, g.closes)
+	if g.loads != 3 || g.closes != 3 {
+		t.Errorf("forced check: GPU loads %d, closes %d: want 3, 3", g.loads, g.closes)
+	}
+	if r4 := openAuto(t, dir, cache, SelfCheckOff, g, &logs); r4.Backend.Name() != "fakegpu" || g.loads != 4 {
+		t.Errorf("check off: backend %s, GPU loads %d: want fakegpu, 4", r4.Backend.Name(), g.loads)
 	}
 }
 

@@ -164,9 +164,10 @@ int main(int argc, char** argv) {
                 const int memmode = tok[0] == 'm' ? 1 : tok[0] == 'r' ? 2 : 0;  // "m P:NB" fragment order, "r P:NB" row order
                 const bool sk = tok[0] == 's';              // "s P:1:D:W": blm_ws2 with the stream-K split
                 const bool ring = tok[0] == 'w' || sk;  // "w P:NB": blm_ws2 (row-order ring)
+                if (sk && NB != 1) { printf("%-8s %-14s rows %d %s: the stream-K split takes NB 1\n", variant, name, rows, tok); continue; }
                 const void* pf = memmode ? proto::PickMem(memmode - 1, (int)NB) : sk ? proto::PickSK(fm, (int)RD, (int)RW, P) : ring ? proto::Pick2(fm, (int)NB, (int)RD, (int)RW, P) : proto::Pick(fm, (int)NB);
                 const unsigned threads = ring ? 32 * RW : 256;
-                if (!pf) continue;
+                if (!pf) { printf("%-8s %-14s rows %d %s: no such instantiation in proto.cuh\n", variant, name, rows, tok); continue; }
                 proto::Args pa = {};
                 pa.scales = S[0]; pa.x = x; pa.y = y;
                 pa.rows = rec[1]; pa.n = rec[3]; pa.k = rec[4]; pa.uw = rec[6]; pa.stripe = rec[7]; pa.payload = rec[8];
@@ -189,6 +190,7 @@ int main(int argc, char** argv) {
                     if (U < RW) { printf("%-8s %-14s rows %d %s: fewer units than warps\n", variant, name, rows, tok); continue; }
                     unsigned cpp = prop.multiProcessorCount * occ / P;
                     if (cpp * RW > U) cpp = U / RW;
+                    if (cpp == 0) { printf("%-8s %-14s rows %d %s: fewer resident threadgroups than parts\n", variant, name, rows, tok); continue; }
                     grid = cpp * P;
                     const unsigned L = U / (cpp * RW);
                     pa.smax = (UWp + L - 1) / L + 1;
@@ -224,8 +226,8 @@ int main(int argc, char** argv) {
                     float ms; CK(cudaEventElapsedTime(&ms, ev[0], ev[1])); pt.push_back(ms);
                 }
                 const double pms = median(pt), pgbs = copies * (double)per / (pms * 1e-3) / 1e9;
-                printf("%-8s %-14s rows %d %s P %u NB %u D %u W %2u grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
-                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : sk ? "ringSK" : ring ? "ring" : "proto", P, NB, RD, RW, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
+                printf("%-8s %-14s rows %d %s P %u NB %u%s grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
+                       variant, name, rows, memmode == 1 ? "memfrag" : memmode == 2 ? "memrow" : sk ? "ringSK" : ring ? "ring" : "proto", P, NB, ring ? (" D " + std::to_string(RD) + " W " + std::to_string(RW)).c_str() : "", grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
                 fflush(stdout);
                 CK(cudaGraphExecDestroy(pge)); CK(cudaGraphDestroy(pg));
                 CK(cudaFree(pa.scratch)); CK(cudaFree(pa.counters));

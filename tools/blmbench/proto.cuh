@@ -72,45 +72,85 @@ __device__ __forceinline__ u32 ldg2(const unsigned char* p) {
     return v;
 }
 
+// stage loads a threadgroup's part of the activations (stripes s0 … s0 + S − 1, all rows) and
+// stores their three bf16 pieces in MMA fragment order in xs: token t, stripe s0 + sl, column c
+// of the stripe at quad-step (j = c / EPW, u = sl / 4), lane 4t + sl % 4; tokens past the rows
+// and columns past the stripe or K are zeros. Every thread of the threadgroup calls it (two
+// barriers).
+template <int FM>
+__device__ __forceinline__ void stage(const Args& a, uint4* xs, u32 S, u32 s0, u32 UWp) {
+    constexpr u32 EPW = F<FM>::epw, MPW = F<FM>::mpw, QV = 6u * MPW / 4u;
+    const u32 SQ = S / 4u, T = SQ * UWp;
+    u32* xw = (u32*)xs;
+    const u32 nw = T * QV * 32u * 4u;
+    for (u32 i = threadIdx.x; i < nw; i += blockDim.x) xw[i] = 0u;
+    __syncthreads();
+    unsigned short* xh = (unsigned short*)xs;
+    const u32 cols = UWp * EPW, ne = a.rows * S * cols;
+    for (u32 i = threadIdx.x; i < ne; i += blockDim.x) {
+        const u32 c = i % cols, sl = (i / cols) % S, t = i / (cols * S);
+        const u32 col = (s0 + sl) * a.stripe + c;
+        const float v = (c < a.stripe && col < a.k) ? a.x[t * a.ldx + col] : 0.0f;
+        const u32 uv = __float_as_uint(v);
+        const float r = v - __uint_as_float(uv & 0xFFFF0000u);
+        const u32 ur = __float_as_uint(r);
+        const float lo = r - __uint_as_float(ur & 0xFFFF0000u);
+        const u32 pc[3] = {uv >> 16, ur >> 16, __float_as_uint(lo) >> 16};
+        const u32 j = c / EPW, e = c % EPW;
+        u32 mi, b, half;
+        slot<FM>(e, mi, b, half);
+        const u32 tix = j * SQ + sl / 4u, ln = 4u * t + (sl & 3u);
+        for (u32 k = 0; k < 3u; ++k) {
+            const u32 wi = mi * 6u + 2u * k + b;
+            xh[((((tix * QV + wi / 4u) * 32u + ln) * 4u + wi % 4u) << 1) + half] = (unsigned short)pc[k];
+        }
+    }
+    __syncthreads();
+}
+
+// finish is the last arrival's work for blocks b0 … b0 + nb − 1: it adds the partial sums of
+// the scratch buffer ([P, blocks, smax, 128]: parts outer, slots 0 … nseg − 1 inner), applies
+// the row scale (× 2⁸ for NVFP4's decode) and the epilogue (store, add, SwiGLU). One warp.
+template <int FM>
+__device__ __forceinline__ void finish(const Args& a, u32 b0, u32 nb, u32 P, u32 nseg, u32 smax, u32 lane) {
+    const float af = FM == 1 ? 256.0f : 1.0f;
+    const u32 per = a.epi == 2u ? 8u : 16u;
+    for (u32 idx = lane; idx < nb * per * a.rows; idx += 32u) {
+        const u32 i = idx % per, t = (idx / per) % a.rows, lb = idx / (per * a.rows);
+        const u32 blk = b0 + lb;
+        if (blk >= a.blocks) continue;
+        const u32 n = blk * 16u + i;
+        float v = 0.0f, up = 0.0f;
+        for (u32 pp = 0; pp < P; ++pp)
+            for (u32 sg = 0; sg < nseg; ++sg) {
+                const float* sp = a.scratch + (((size_t)pp * a.blocks + blk) * smax + sg) * 128u;
+                v += __ldcg(sp + i * 8u + t);
+                if (a.epi == 2u) up += __ldcg(sp + (i + 8u) * 8u + t);
+            }
+        if (a.epi == 2u) {
+            if (n + 8u < a.n) {
+                const float gate = v * af * a.scales[n];
+                a.y[t * a.ldy + blk * 8u + i] = lk::silu(gate) * (up * af * a.scales[n + 8u]);
+            }
+        } else if (n < a.n) {
+            const float r = v * af * a.scales[n];
+            if (a.epi == 1u) a.y[t * a.ldy + n] += r;
+            else a.y[t * a.ldy + n] = r;
+        }
+    }
+}
+
 template <int FM, int NB>
 __global__ void __launch_bounds__(256) blm_ws(Args a) {
     extern __shared__ __align__(16) uint4 xs[];
-    constexpr u32 EPW = F<FM>::epw, MPW = F<FM>::mpw, QV = 6u * MPW / 4u;  // uint4 per lane and quad-step
+    constexpr u32 QV = 6u * F<FM>::mpw / 4u;  // uint4 per lane and quad-step
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     const u32 P = a.parts, S = 32u / P, SQ = S / 4u;
     const u32 p = blockIdx.x % P, ci = blockIdx.x / P, cpp = gridDim.x / P;
     const u32 s0 = p * S;
     const u32 UWp = (a.payload + 15u) >> 4;
     const u32 T = SQ * UWp;  // quad-steps per task
-    // Stage the part's activations: pieces of token t, stripe s0 + sl, column c of the stripe at
-    // quad-step (j = c / EPW, u = sl / 4), lane 4t + sl % 4.
-    {
-        u32* xw = (u32*)xs;
-        const u32 nw = T * QV * 32u * 4u;
-        for (u32 i = threadIdx.x; i < nw; i += blockDim.x) xw[i] = 0u;
-        __syncthreads();
-        unsigned short* xh = (unsigned short*)xs;
-        const u32 cols = UWp * EPW, ne = a.rows * S * cols;
-        for (u32 i = threadIdx.x; i < ne; i += blockDim.x) {
-            const u32 c = i % cols, sl = (i / cols) % S, t = i / (cols * S);
-            const u32 col = (s0 + sl) * a.stripe + c;
-            const float v = (c < a.stripe && col < a.k) ? a.x[t * a.ldx + col] : 0.0f;
-            const u32 uv = __float_as_uint(v);
-            const float r = v - __uint_as_float(uv & 0xFFFF0000u);
-            const u32 ur = __float_as_uint(r);
-            const float lo = r - __uint_as_float(ur & 0xFFFF0000u);
-            const u32 pc[3] = {uv >> 16, ur >> 16, __float_as_uint(lo) >> 16};
-            const u32 j = c / EPW, e = c % EPW;
-            u32 mi, b, half;
-            slot<FM>(e, mi, b, half);
-            const u32 tix = j * SQ + sl / 4u, ln = 4u * t + (sl & 3u);
-            for (u32 k = 0; k < 3u; ++k) {
-                const u32 wi = mi * 6u + 2u * k + b;
-                xh[((((tix * QV + wi / 4u) * 32u + ln) * 4u + wi % 4u) << 1) + half] = (unsigned short)pc[k];
-            }
-        }
-        __syncthreads();
-    }
+    stage<FM>(a, xs, S, s0, UWp);
     const u32 g = lane >> 2, q = lane & 3u;
     const u32 ntasks = (a.blocks + NB - 1u) / NB;
     const u32 BB = 16u * a.uw * 512u;
@@ -176,30 +216,7 @@ __global__ void __launch_bounds__(256) blm_ws(Args a) {
         if (old != P - 1u) continue;
         __threadfence();
         if (lane == 0u) a.counters[task] = 0u;
-        const float af = FM == 1 ? 256.0f : 1.0f;
-        const u32 per = a.epi == 2u ? 8u : 16u;
-        for (u32 idx = lane; idx < NB * per * a.rows; idx += 32u) {
-            const u32 i = idx % per, t = (idx / per) % a.rows, lb = idx / (per * a.rows);
-            const u32 blk = b0 + lb;
-            if (blk >= a.blocks) continue;
-            const u32 n = blk * 16u + i;
-            float v = 0.0f, up = 0.0f;
-            for (u32 pp = 0; pp < P; ++pp) {
-                const float* sp = a.scratch + ((size_t)pp * a.blocks + blk) * 128u;
-                v += __ldcg(sp + i * 8u + t);
-                if (a.epi == 2u) up += __ldcg(sp + (i + 8u) * 8u + t);
-            }
-            if (a.epi == 2u) {
-                if (n + 8u < a.n) {
-                    const float gate = v * af * a.scales[n];
-                    a.y[t * a.ldy + blk * 8u + i] = lk::silu(gate) * (up * af * a.scales[n + 8u]);
-                }
-            } else if (n < a.n) {
-                const float r = v * af * a.scales[n];
-                if (a.epi == 1u) a.y[t * a.ldy + n] += r;
-                else a.y[t * a.ldy + n] = r;
-            }
-        }
+        finish<FM>(a, b0, NB, P, 1u, 1u, lane);
     }
 #undef PROTO_LOAD
 }
@@ -224,7 +241,7 @@ template <int FM, int NB, int D, int WARPS, int PP, bool SK = false>
 __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
     static_assert(!SK || NB == 1, "the stream-K split takes one block at a time");
     extern __shared__ __align__(16) uint4 xs[];
-    constexpr u32 EPW = F<FM>::epw, MPW = F<FM>::mpw, QV = 6u * MPW / 4u;
+    constexpr u32 QV = 6u * F<FM>::mpw / 4u;  // uint4 per lane and quad-step
     const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     // The part count is compile-time (PP; a launch with another a.parts does nothing), so that
     // the copy loop's row and chunk of a lane are shifts and masks.
@@ -235,32 +252,7 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
     const u32 UWp = (a.payload + 15u) >> 4;
     const u32 T = SQ * UWp;
     const u32 xsN = T * QV * 32u;  // uint4 of activations
-    {
-        u32* xw = (u32*)xs;
-        for (u32 i = threadIdx.x; i < xsN * 4u; i += blockDim.x) xw[i] = 0u;
-        __syncthreads();
-        unsigned short* xh = (unsigned short*)xs;
-        const u32 cols = UWp * EPW, ne = a.rows * S * cols;
-        for (u32 i = threadIdx.x; i < ne; i += blockDim.x) {
-            const u32 c = i % cols, sl = (i / cols) % S, t = i / (cols * S);
-            const u32 col = (s0 + sl) * a.stripe + c;
-            const float v = (c < a.stripe && col < a.k) ? a.x[t * a.ldx + col] : 0.0f;
-            const u32 uv = __float_as_uint(v);
-            const float r = v - __uint_as_float(uv & 0xFFFF0000u);
-            const u32 ur = __float_as_uint(r);
-            const float lo = r - __uint_as_float(ur & 0xFFFF0000u);
-            const u32 pc[3] = {uv >> 16, ur >> 16, __float_as_uint(lo) >> 16};
-            const u32 j = c / EPW, e = c % EPW;
-            u32 mi, b, half;
-            slot<FM>(e, mi, b, half);
-            const u32 tix = j * SQ + sl / 4u, ln = 4u * t + (sl & 3u);
-            for (u32 k = 0; k < 3u; ++k) {
-                const u32 wi = mi * 6u + 2u * k + b;
-                xh[((((tix * QV + wi / 4u) * 32u + ln) * 4u + wi % 4u) << 1) + half] = (unsigned short)pc[k];
-            }
-        }
-        __syncthreads();
-    }
+    stage<FM>(a, xs, S, s0, UWp);
     // This warp's ring: D slots of NB blocks × 16 rows × S chunks of 16 bytes.
     const u32 slotU4 = NB * 16u * S;
     uint4* ring = xs + xsN + warp * D * slotU4;
@@ -383,31 +375,7 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
         if (old != P * nseg - 1u) continue;
         if (PROTO_FENCE) __threadfence();
         if (lane == 0u) a.counters[ctr] = 0u;
-        const float af = FM == 1 ? 256.0f : 1.0f;
-        const u32 per = a.epi == 2u ? 8u : 16u;
-        for (u32 idx = lane; idx < NB * per * a.rows; idx += 32u) {
-            const u32 i = idx % per, t = (idx / per) % a.rows, lb = idx / (per * a.rows);
-            const u32 blk = b0 + lb;
-            if (blk >= a.blocks) continue;
-            const u32 nn = blk * 16u + i;
-            float v = 0.0f, up = 0.0f;
-            for (u32 pp = 0; pp < P; ++pp)
-                for (u32 sg = 0; sg < nseg; ++sg) {
-                    const float* sp = a.scratch + (((size_t)pp * a.blocks + blk) * smax + sg) * 128u;
-                    v += __ldcg(sp + i * 8u + t);
-                    if (a.epi == 2u) up += __ldcg(sp + (i + 8u) * 8u + t);
-                }
-            if (a.epi == 2u) {
-                if (nn + 8u < a.n) {
-                    const float gate = v * af * a.scales[nn];
-                    a.y[t * a.ldy + blk * 8u + i] = lk::silu(gate) * (up * af * a.scales[nn + 8u]);
-                }
-            } else if (nn < a.n) {
-                const float r = v * af * a.scales[nn];
-                if (a.epi == 1u) a.y[t * a.ldy + nn] += r;
-                else a.y[t * a.ldy + nn] = r;
-            }
-        }
+        finish<FM>(a, b0, NB, P, nseg, smax, lane);
     }
     lk::blm_cp_wait<0>();
 }

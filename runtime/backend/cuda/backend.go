@@ -27,8 +27,8 @@ func Usable() error {
 	return err
 }
 
-// UsableDevice is Usable that also returns the description of the GPU it found: the string a
-// target loaded on it gives (runtimeDevice.String: Info, NVRTC version), by which
+// UsableDevice is Usable that also returns the description of the GPU it found (ordinal 0, the
+// device auto's candidate Backend{} loads on): the string a target loaded on it gives (runtimeDevice.String: Info, NVRTC version), by which
 // runtime/generate keys its first-use self-check verdicts, so that a cached verdict can be read
 // before the weights are uploaded. "" with an error.
 func UsableDevice() (string, error) {

@@ -31,12 +31,15 @@ func UsableDevice() (string, error) {
 		return "", err
 	}
 	desc := d.Description()
-	return desc, d.Close()
+	if err := d.Close(); err != nil {
+		return "", err
+	}
+	return desc, nil
 }
 
-// Description describes the device for the self-check verdicts: its Profile (chip, GPU
-// family, cores, working set, largest buffer, unified memory), then ", macOS <version>" when
-// the version can be read — an OS update (a new Metal compiler) checks again.
+// Description describes the device for the self-check verdicts: its Profile.String (chip, GPU
+// cores, family, working set), then ", macOS <version>" when the version can be read — an OS
+// update (a new Metal compiler) checks again.
 func (d *Device) Description() string {
 	s := d.Profile().String()
 	if v := OSVersion(); v != "" {
