@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,5 +63,26 @@ func TestWrite(t *testing.T) {
 	}
 	if string(src) != kernels.Source(kernels.CUDA) {
 		t.Fatal("lithos_kernels.cu is not kernels.Source(kernels.CUDA)")
+	}
+	for name, body := range map[string]string{"proto.cuh": protoSource, "harness.cu": harness, "run.sh": runScript} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(b) != body {
+			t.Fatalf("%s not written as embedded: %v", name, err)
+		}
+	}
+}
+
+// TestRecordWords: the harness hands the prototype kernels the record's fields by word index
+// (harness.cu: rec[1] rows, rec[3] N, rec[4] K, rec[5] lanes, rec[6] unit words, rec[7]
+// stripe, rec[8] payload, rec[9] group, rec[10] blocks, rec[11] ld_x, rec[12] ld_y, rec[13]
+// epilogue); a reordered BLMParams must fail here, not misread silently on the device.
+func TestRecordWords(t *testing.T) {
+	p := kernels.BLMParams{DoneWord: 100, Rows: 101, RowsWord: 102, N: 103, K: 104, Lanes: 105, UnitWords: 106, Stripe: 107,
+		Payload: 108, Group: 109, Blocks: 110, LdX: 111, LdY: 112, Epilogue: 113, Parts: 114, WarpBlocks: 115, Clusters: 116}
+	rec := kernels.Record(p)
+	for i := 0; i <= 16; i++ {
+		if got := binary.LittleEndian.Uint32(rec[4*i:]); got != uint32(100+i) {
+			t.Fatalf("record word %d = %d, want %d (the field order the harness reads)", i, got, 100+i)
+		}
 	}
 }
