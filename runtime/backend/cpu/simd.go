@@ -143,8 +143,13 @@ func (p *Packed) rowBase(r int) int {
 	return (r/g.Rows)*int(g.BlockBytes) + ((step*(g.UnitBytes/blm.WordBytes))*blm.SIMDLanes+laneBase)*blm.WordBytes
 }
 
-// decodeRowSIMD is DecodeRow on the SIMD path: w[:K] = packed row r without its tensor scale.
+// decodeRowSIMD is DecodeRow on the SIMD path: w[:K] = packed row r without its tensor scale
+// (the same values: the AVX2 decoders on amd64, DecodeRow itself where simdDecodeInGo).
 func (p *Packed) decodeRowSIMD(w []float32, r int) {
+	if simdDecodeInGo {
+		p.DecodeRow(w, r)
+		return
+	}
 	pl := p.simd
 	w = w[:p.g.K]
 	base := &p.data[p.rowBase(r)]
@@ -247,7 +252,7 @@ func (p *Packed) mulSIMD(dst, x []float32, m int, rows []int32) {
 		}
 		return
 	}
-	dot2, dot1 := dot4x2AVX2, dot4x1AVX2
+	dot2, dot1 := tileDot4x2, tileDot4x1
 	if wide {
 		dot2, dot1 = dot4x2AVX512, dot4x1AVX512
 	}

@@ -7,6 +7,15 @@ import "golang.org/x/sys/cpu"
 // haveSIMD reports whether this CPU runs the AVX2 + FMA kernels of simd_amd64.s.
 var haveSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
+// The tiles path's kernels (simd.go): the AVX2 dot products and decoders.
+var tileDot4x2, tileDot4x1 = dot4x2AVX2, dot4x1AVX2
+
+// simdDecodeInGo is false: the AVX2 decoders write the tiles.
+const simdDecodeInGo = false
+
+// simdName names the kernel set for tests ("avx2"; "avx512" for the wide one).
+const simdName = "avx2"
+
 // Implemented in simd_amd64.s; see simd.go for what each computes.
 
 //go:noescape

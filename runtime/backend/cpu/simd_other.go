@@ -1,9 +1,17 @@
-//go:build !amd64 || purego
+//go:build (!amd64 && !arm64) || purego
 
 package cpu
 
 // haveSIMD is false: this build has no SIMD kernels (the scalar Go kernels serve every matrix).
 var haveSIMD = false
+
+// The tiles path's kernels: none (haveSIMD is false, so simd.go never calls them).
+var tileDot4x2, tileDot4x1 = dot4x2AVX2, dot4x1AVX2
+
+const (
+	simdDecodeInGo = true
+	simdName       = "none"
+)
 
 func nvfp4DecodeAVX2(*float32, *byte, *int32, int, *float32) { panic("cpu: no SIMD kernels") }
 func fp8DecodeAVX2(*float32, *byte, *int32, int)             { panic("cpu: no SIMD kernels") }

@@ -20,10 +20,10 @@ func withSIMD(on bool, f func()) {
 	f()
 }
 
-// simdLevels runs f once per SIMD kernel set this CPU has (AVX2; AVX-512 where present),
-// named for subtests.
+// simdLevels runs f once per SIMD kernel set this CPU has (AVX2, and AVX-512 where present;
+// NEON on arm64), named for subtests.
 func simdLevels(t *testing.T, f func(t *testing.T)) {
-	t.Run("avx2", func(t *testing.T) {
+	t.Run(simdName, func(t *testing.T) {
 		old := wideEnabled
 		wideEnabled = false
 		defer func() { wideEnabled = old }()
@@ -119,10 +119,11 @@ func TestSIMDDecodeExact(t *testing.T) {
 	}
 }
 
-// TestSIMDFP8NaN checks that the E4M3 NaN codes decode to NaN.
+// TestSIMDFP8NaN checks that the E4M3 NaN codes decode to NaN (the AVX2 decoder; where the
+// Go decoders write the tiles, TestSIMDDecodeExact is their check).
 func TestSIMDFP8NaN(t *testing.T) {
-	if !haveSIMD {
-		t.Skip("no AVX2/FMA on this CPU or build")
+	if !haveSIMD || simdDecodeInGo {
+		t.Skip("no AVX2 decoders on this CPU or build")
 	}
 	base := make([]byte, 16)
 	for i := range base {
@@ -285,6 +286,49 @@ func BenchmarkSIMDvsScalar(b *testing.B) {
 				b.ReportMetric(float64(ts.Nanoseconds())/float64(b.N), "ns-scalar")
 				b.ReportMetric(float64(ts)/float64(tf), "speedup")
 			})
+		}
+	}
+}
+
+// laneDot is the SIMD dot kernels' numerics contract (simd.go), written out in Go: eight
+// accumulator lanes, column c into lane c mod 8 by a fused multiply-add in column order
+// (float32 FMA through float64: the product of two float32 is exact there; a float64 rounding
+// that lands on a float32 tie would differ, which random data does not meet in practice),
+// reduced as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+func laneDot(w, x []float32) float32 {
+	var l [8]float32
+	for c := range w {
+		l[c%8] = float32(math.FMA(float64(w[c]), float64(x[c]), float64(l[c%8])))
+	}
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+}
+
+// TestSIMDLaneOrder checks the tiles' dot kernels of this build (AVX2 on amd64, NEON on
+// arm64) bit for bit against laneDot, so that every kernel set gives the same products (an
+// arm64 CPU backend and an amd64 one agree exactly on the tiles path).
+func TestSIMDLaneOrder(t *testing.T) {
+	if !haveSIMD {
+		t.Skip("no SIMD kernels on this CPU or build")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, k := range []int{8, 64, 512, 5120} {
+		w := make([]float32, 4*k)
+		x0, x1 := make([]float32, k), make([]float32, k)
+		for _, v := range [][]float32{w, x0, x1} {
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+		}
+		var o1 [4]float32
+		var o2 [8]float32
+		tileDot4x1(&w[0], k, &x0[0], &o1)
+		tileDot4x2(&w[0], k, &x0[0], &x1[0], &o2)
+		for i := range 4 {
+			row := w[i*k : (i+1)*k]
+			w0, w1 := laneDot(row, x0), laneDot(row, x1)
+			if math.Float32bits(o1[i]) != math.Float32bits(w0) || math.Float32bits(o2[i]) != math.Float32bits(w0) || math.Float32bits(o2[4+i]) != math.Float32bits(w1) {
+				t.Fatalf("%s, K %d, row %d: dot4x1 %g, dot4x2 %g %g; the lane order gives %g %g", simdName, k, i, o1[i], o2[i], o2[4+i], w0, w1)
+			}
 		}
 	}
 }

@@ -1,0 +1,92 @@
+//go:build arm64 && !purego
+
+package cpu
+
+// The arm64 SIMD path (simd.go's tiles, simd_arm64.s): NEON dot products of decoded weight
+// tiles, the tiles written by the Go decoders (DecodeRow: exact weights, the same values the
+// AVX2 decoders write). The dot kernels keep the amd64 kernels' numerics: per (weight row,
+// activation row) pair eight accumulator lanes, column c in lane c mod 8, fused multiply-adds
+// in column order (two 4-lane NEON registers: lanes 0–3 and 4–7), then the lanes reduced as
+// ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) — in Go here, from the lanes the kernel stores — so
+// a product is bit-identical to the AVX2 tiles' (and a row's result does not depend on the
+// other rows of the call). The fused 8-row kernels and the AVX-512 set are amd64 only: on
+// arm64 every row count takes the tiles (fuse8MinRows is set past 8 below).
+//
+// Checked under qemu-aarch64 (go test with GOARCH=arm64) against the scalar kernels and for
+// row invariance; its speed on Apple silicon is not measured (no arm64 machine here).
+
+// haveSIMD is true: NEON and FMA are part of ARMv8-A.
+var haveSIMD = true
+
+// haveAVX512 is false (amd64 only).
+var haveAVX512 = false
+
+// The tiles path's kernels (simd.go).
+var tileDot4x2, tileDot4x1 = dot4x2NEON, dot4x1NEON
+
+const (
+	// simdDecodeInGo: DecodeRow writes the tiles.
+	simdDecodeInGo = true
+	// simdName names the kernel set for tests.
+	simdName = "neon"
+)
+
+func init() { fuse8MinRows[0] = 9 } // no fused 8-row kernels here: the tiles take every row count
+
+// Implemented in simd_arm64.s: the 8 lanes of every (weight row, activation row) pair,
+// lanes[8·i + l] for weight row i of the tile (rows k floats apart at w), activation row x
+// (dot4x2: x0 then x1, lanes[32 + 8·i + l] for x1); k is a positive multiple of 8.
+
+//go:noescape
+func dot4x1NEONLanes(w *float32, k int, x *float32, lanes *[32]float32)
+
+//go:noescape
+func dot4x2NEONLanes(w *float32, k int, x0, x1 *float32, lanes *[64]float32)
+
+// reduce8 adds eight accumulator lanes as the AVX2 kernels' REDUCE4 does.
+func reduce8(l []float32) float32 {
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+}
+
+// dot4x1NEON is dot4x1AVX2's contract: out[i] = W[i]·x for the tile's 4 weight rows.
+func dot4x1NEON(w *float32, k int, x *float32, out *[4]float32) {
+	var lanes [32]float32
+	dot4x1NEONLanes(w, k, x, &lanes)
+	for i := range out {
+		out[i] = reduce8(lanes[8*i : 8*i+8])
+	}
+}
+
+// dot4x2NEON is dot4x2AVX2's contract: out[i] = W[i]·x0, out[4+i] = W[i]·x1.
+func dot4x2NEON(w *float32, k int, x0, x1 *float32, out *[8]float32) {
+	var lanes [64]float32
+	dot4x2NEONLanes(w, k, x0, x1, &lanes)
+	for i := range out {
+		out[i] = reduce8(lanes[8*i : 8*i+8])
+	}
+}
+
+// The amd64 kernels simd.go names; never called on arm64 (no AVX2 decoders: simdDecodeInGo;
+// no fused 8-row path: fuse8MinRows; no AVX-512: haveAVX512).
+func nvfp4DecodeAVX2(*float32, *byte, *int32, int, *float32) { panic("cpu: no AVX2 kernels on arm64") }
+func fp8DecodeAVX2(*float32, *byte, *int32, int)             { panic("cpu: no AVX2 kernels on arm64") }
+func bf16DecodeAVX2(*float32, *byte, *int32, int)            { panic("cpu: no AVX2 kernels on arm64") }
+func nvfp4Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
+	panic("cpu: no AVX2 kernels on arm64")
+}
+func fp8Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
+	panic("cpu: no AVX2 kernels on arm64")
+}
+func bf16Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
+	panic("cpu: no AVX2 kernels on arm64")
+}
+func dot4x1AVX512(*float32, int, *float32, *[4]float32) { panic("cpu: no AVX-512 kernels on arm64") }
+func dot4x2AVX512(*float32, int, *float32, *float32, *[8]float32) {
+	panic("cpu: no AVX-512 kernels on arm64")
+}
+func nvfp4Dot2x8AVX512(*float32, *[2]*byte, *int32, int, *float32, int, *[16]float32) {
+	panic("cpu: no AVX-512 kernels on arm64")
+}
+func fp8Dot2x8AVX512(*float32, *[2]*byte, *int32, int, *float32, int, *[16]float32) {
+	panic("cpu: no AVX-512 kernels on arm64")
+}

@@ -1,0 +1,114 @@
+//go:build arm64 && !purego
+
+#include "textflag.h"
+
+// NEON dot products of a decoded 4-row weight tile (simd_arm64.go): per (weight row,
+// activation row) pair two 4-lane accumulators (lanes 0–3: columns ≡ 0–3 mod 8, lanes 4–7:
+// ≡ 4–7), fused multiply-adds in column order, the 8 lanes stored for Go to reduce. k is a
+// positive multiple of 8.
+
+// func dot4x1NEONLanes(w *float32, k int, x *float32, lanes *[32]float32)
+TEXT ·dot4x1NEONLanes(SB), NOSPLIT, $0-32
+	MOVD w+0(FP), R0
+	MOVD k+8(FP), R1
+	MOVD x+16(FP), R2
+	MOVD lanes+24(FP), R3
+	LSL  $2, R1, R4   // row stride in bytes
+	ADD  R4, R0, R5   // row 1
+	ADD  R4, R5, R6   // row 2
+	ADD  R4, R6, R7   // row 3
+	LSR  $3, R1, R1   // 8-column steps
+	VEOR V0.B16, V0.B16, V0.B16
+	VEOR V1.B16, V1.B16, V1.B16
+	VEOR V2.B16, V2.B16, V2.B16
+	VEOR V3.B16, V3.B16, V3.B16
+	VEOR V4.B16, V4.B16, V4.B16
+	VEOR V5.B16, V5.B16, V5.B16
+	VEOR V6.B16, V6.B16, V6.B16
+	VEOR V7.B16, V7.B16, V7.B16
+	CBZ  R1, d41done
+
+d41loop:
+	VLD1.P 32(R2), [V16.S4, V17.S4]
+	VLD1.P 32(R0), [V18.S4, V19.S4]
+	VLD1.P 32(R5), [V20.S4, V21.S4]
+	VLD1.P 32(R6), [V22.S4, V23.S4]
+	VLD1.P 32(R7), [V24.S4, V25.S4]
+	VFMLA V16.S4, V18.S4, V0.S4
+	VFMLA V17.S4, V19.S4, V1.S4
+	VFMLA V16.S4, V20.S4, V2.S4
+	VFMLA V17.S4, V21.S4, V3.S4
+	VFMLA V16.S4, V22.S4, V4.S4
+	VFMLA V17.S4, V23.S4, V5.S4
+	VFMLA V16.S4, V24.S4, V6.S4
+	VFMLA V17.S4, V25.S4, V7.S4
+	SUBS $1, R1, R1
+	BNE  d41loop
+
+d41done:
+	VST1.P [V0.S4, V1.S4, V2.S4, V3.S4], 64(R3)
+	VST1   [V4.S4, V5.S4, V6.S4, V7.S4], (R3)
+	RET
+
+// func dot4x2NEONLanes(w *float32, k int, x0, x1 *float32, lanes *[64]float32)
+TEXT ·dot4x2NEONLanes(SB), NOSPLIT, $0-40
+	MOVD w+0(FP), R0
+	MOVD k+8(FP), R1
+	MOVD x0+16(FP), R2
+	MOVD x1+24(FP), R8
+	MOVD lanes+32(FP), R3
+	LSL  $2, R1, R4
+	ADD  R4, R0, R5
+	ADD  R4, R5, R6
+	ADD  R4, R6, R7
+	LSR  $3, R1, R1
+	VEOR V0.B16, V0.B16, V0.B16
+	VEOR V1.B16, V1.B16, V1.B16
+	VEOR V2.B16, V2.B16, V2.B16
+	VEOR V3.B16, V3.B16, V3.B16
+	VEOR V4.B16, V4.B16, V4.B16
+	VEOR V5.B16, V5.B16, V5.B16
+	VEOR V6.B16, V6.B16, V6.B16
+	VEOR V7.B16, V7.B16, V7.B16
+	VEOR V8.B16, V8.B16, V8.B16
+	VEOR V9.B16, V9.B16, V9.B16
+	VEOR V10.B16, V10.B16, V10.B16
+	VEOR V11.B16, V11.B16, V11.B16
+	VEOR V12.B16, V12.B16, V12.B16
+	VEOR V13.B16, V13.B16, V13.B16
+	VEOR V14.B16, V14.B16, V14.B16
+	VEOR V15.B16, V15.B16, V15.B16
+	CBZ  R1, d42done
+
+d42loop:
+	VLD1.P 32(R2), [V16.S4, V17.S4] // x0
+	VLD1.P 32(R8), [V18.S4, V19.S4] // x1
+	VLD1.P 32(R0), [V20.S4, V21.S4] // row 0
+	VLD1.P 32(R5), [V22.S4, V23.S4] // row 1
+	VFMLA V16.S4, V20.S4, V0.S4
+	VFMLA V17.S4, V21.S4, V1.S4
+	VFMLA V18.S4, V20.S4, V8.S4
+	VFMLA V19.S4, V21.S4, V9.S4
+	VFMLA V16.S4, V22.S4, V2.S4
+	VFMLA V17.S4, V23.S4, V3.S4
+	VFMLA V18.S4, V22.S4, V10.S4
+	VFMLA V19.S4, V23.S4, V11.S4
+	VLD1.P 32(R6), [V20.S4, V21.S4] // row 2
+	VLD1.P 32(R7), [V22.S4, V23.S4] // row 3
+	VFMLA V16.S4, V20.S4, V4.S4
+	VFMLA V17.S4, V21.S4, V5.S4
+	VFMLA V18.S4, V20.S4, V12.S4
+	VFMLA V19.S4, V21.S4, V13.S4
+	VFMLA V16.S4, V22.S4, V6.S4
+	VFMLA V17.S4, V23.S4, V7.S4
+	VFMLA V18.S4, V22.S4, V14.S4
+	VFMLA V19.S4, V23.S4, V15.S4
+	SUBS $1, R1, R1
+	BNE  d42loop
+
+d42done:
+	VST1.P [V0.S4, V1.S4, V2.S4, V3.S4], 64(R3)
+	VST1.P [V4.S4, V5.S4, V6.S4, V7.S4], 64(R3)
+	VST1.P [V8.S4, V9.S4, V10.S4, V11.S4], 64(R3)
+	VST1   [V12.S4, V13.S4, V14.S4, V15.S4], (R3)
+	RET
