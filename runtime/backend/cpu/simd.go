@@ -9,7 +9,8 @@ import (
 )
 
 // The SIMD path of the packed product (amd64 with AVX2 and FMA: simd_amd64.s; with AVX-512
-// F/VL/BW as well: simd512_amd64.s). Two shapes of work:
+// F/VL/BW as well: simd512_amd64.s; arm64: the tiles only, NEON dot products over tiles the Go
+// decoders write, simd_arm64.s). Two shapes of work:
 //
 //   - fused (5–8 activation rows with AVX-512, 7–8 with AVX2 and K ≤ 512: verify and draft
 //     steps): decode a piece of one weight row (two with AVX-512) into registers and multiply
@@ -22,8 +23,8 @@ import (
 // 8-row verify step costs 1.6–1.9× a 1-row decode step on the tiny pair instead of the
 // scalar kernels' 4–5× (docs/speculative.md §6).
 //
-// Numerics: a matrix runs one kernel set (AVX2: 8-lane accumulators; AVX-512: 16-lane ones,
-// for NVFP4 and FP8), and every kernel of a set accumulates a (weight row, activation row)
+// Numerics: a matrix runs one kernel set (AVX2 and NEON: 8-lane accumulators, the same order,
+// so their products are bit-identical; AVX-512: 16-lane ones, for NVFP4 and FP8), and every kernel of a set accumulates a (weight row, activation row)
 // pair in one register over the columns in order, c ≡ i (mod lanes) in lane i, by FMA, then
 // reduces it the same way (AVX-512: l_i + l_{i+8} first; then ((l0+l1)+(l2+l3)) +
 // ((l4+l5)+(l6+l7))), times the row's tensor scale. The order depends only on K, never on the
@@ -82,8 +83,9 @@ type simdPlan struct {
 	wide bool
 }
 
-// newSIMDPlan returns the plan of p, or nil when the SIMD path does not serve it: no AVX2/FMA,
-// a format without a SIMD decoder, K not a multiple of the piece width, a stripe whose
+// newSIMDPlan returns the plan of p, or nil when the SIMD path does not serve it: no SIMD
+// kernels in this build or CPU (haveSIMD), a format without a SIMD decoder (the same rules on
+// arm64, where DecodeRow could serve more layouts but the plan keeps one definition), K not a multiple of the piece width, a stripe whose
 // columns are not whole pieces, an NVFP4 group that is not 16 whole columns in one word.
 func newSIMDPlan(p *Packed) *simdPlan {
 	g := &p.g
@@ -204,7 +206,7 @@ func (p *Packed) mulSIMD(dst, x []float32, m int, rows []int32) {
 	// The scalar kernels' grain (MinRowsPerTask) assumes ~1 multiply-add per nanosecond; these
 	// run several times faster per row, so tasks get proportionally more rows.
 	grain := vec.MinRowsPerTask(k * (m + 4) / 8)
-	if m >= fuse8MinRows[b2i(wide)] && m <= 8 && k <= fuse8MaxK[b2i(wide)] {
+	if haveFused8 && m >= fuse8MinRows[b2i(wide)] && m <= 8 && k <= fuse8MaxK[b2i(wide)] {
 		// Verify (8) and draft (7) rows: decode each weight row into registers and multiply it
 		// into all rows at once, so the decode overlaps the multiply-adds (faster than the
 		// tiles below while the 8 activation rows stay in the core's caches; slower for fewer

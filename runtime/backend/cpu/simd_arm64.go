@@ -10,7 +10,9 @@ package cpu
 // ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) — in Go here, from the lanes the kernel stores — so
 // a product is bit-identical to the AVX2 tiles' (and a row's result does not depend on the
 // other rows of the call). The fused 8-row kernels and the AVX-512 set are amd64 only: on
-// arm64 every row count takes the tiles (fuse8MinRows is set past 8 below).
+// arm64 every row count takes the tiles (haveFused8). On hosts with AVX-512 the amd64 backend
+// runs NVFP4 and FP8 in 16 lanes, so there the two differ by float32 rounding; NaN payloads
+// also differ between the architectures (the default NaN's sign).
 //
 // Checked under qemu-aarch64 (go test with GOARCH=arm64) against the scalar kernels and for
 // row invariance; its speed on Apple silicon is not measured (no arm64 machine here).
@@ -27,11 +29,11 @@ var tileDot4x2, tileDot4x1 = dot4x2NEON, dot4x1NEON
 const (
 	// simdDecodeInGo: DecodeRow writes the tiles.
 	simdDecodeInGo = true
+	// haveFused8: no fused 8-row kernels here; the tiles take every row count.
+	haveFused8 = false
 	// simdName names the kernel set for tests.
 	simdName = "neon"
 )
-
-func init() { fuse8MinRows[0] = 9 } // no fused 8-row kernels here: the tiles take every row count
 
 // Implemented in simd_arm64.s: the 8 lanes of every (weight row, activation row) pair,
 // lanes[8·i + l] for weight row i of the tile (rows k floats apart at w), activation row x

@@ -10,6 +10,7 @@ var tileDot4x2, tileDot4x1 = dot4x2AVX2, dot4x1AVX2
 
 const (
 	simdDecodeInGo = true
+	haveFused8     = false
 	simdName       = "none"
 )
 

@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -120,7 +121,7 @@ func TestSIMDDecodeExact(t *testing.T) {
 }
 
 // TestSIMDFP8NaN checks that the E4M3 NaN codes decode to NaN (the AVX2 decoder; where the
-// Go decoders write the tiles, TestSIMDDecodeExact is their check).
+// Go decoders write the tiles, decodeRowSIMD is DecodeRow and this has nothing to check).
 func TestSIMDFP8NaN(t *testing.T) {
 	if !haveSIMD || simdDecodeInGo {
 		t.Skip("no AVX2 decoders on this CPU or build")
@@ -290,22 +291,31 @@ func BenchmarkSIMDvsScalar(b *testing.B) {
 	}
 }
 
-// laneDot is the SIMD dot kernels' numerics contract (simd.go), written out in Go: eight
-// accumulator lanes, column c into lane c mod 8 by a fused multiply-add in column order
-// (float32 FMA through float64: the product of two float32 is exact there; a float64 rounding
-// that lands on a float32 tie would differ, which random data does not meet in practice),
-// reduced as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+// laneDot is the 8-lane SIMD dot kernels' numerics contract (simd.go), written out in Go:
+// eight accumulator lanes, column c into lane c mod 8 by a fused multiply-add in column order
+// (fma32: the exact w·x + acc rounded once to float32), reduced as ((l0+l1)+(l2+l3)) +
+// ((l4+l5)+(l6+l7)).
 func laneDot(w, x []float32) float32 {
 	var l [8]float32
 	for c := range w {
-		l[c%8] = float32(math.FMA(float64(w[c]), float64(x[c]), float64(l[c%8])))
+		l[c%8] = fma32(w[c], x[c], l[c%8])
 	}
 	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
 }
 
-// TestSIMDLaneOrder checks the tiles' dot kernels of this build (AVX2 on amd64, NEON on
-// arm64) bit for bit against laneDot, so that every kernel set gives the same products (an
-// arm64 CPU backend and an amd64 one agree exactly on the tiles path).
+// fma32 is a float32 fused multiply-add: a·b + c computed exactly (big.Float, 200 bits: a
+// float32 product and sum need far fewer) and rounded once to float32, nearest even.
+func fma32(a, b, c float32) float32 {
+	x := new(big.Float).SetPrec(200).SetFloat64(float64(a))
+	x.Mul(x, new(big.Float).SetPrec(200).SetFloat64(float64(b)))
+	x.Add(x, new(big.Float).SetPrec(200).SetFloat64(float64(c)))
+	f, _ := x.Float32()
+	return f
+}
+
+// TestSIMDLaneOrder checks the tiles' 8-lane dot kernels of this build (AVX2 on amd64, NEON on
+// arm64) bit for bit against laneDot, so that both give the same products (an arm64 CPU
+// backend agrees exactly with an amd64 one running the AVX2 set: without AVX-512, or BF16).
 func TestSIMDLaneOrder(t *testing.T) {
 	if !haveSIMD {
 		t.Skip("no SIMD kernels on this CPU or build")
