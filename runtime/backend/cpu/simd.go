@@ -146,18 +146,19 @@ func (p *Packed) rowBase(r int) int {
 }
 
 // decodeRowSIMD is DecodeRow on the SIMD path: w[:K] = packed row r without its tensor scale
-// (the same values: the AVX2 decoders on amd64, DecodeRow itself where simdDecodeInGo).
+// (the same values: the AVX2 decoders on amd64; on arm64 the NEON NVFP4 decoder and DecodeRow
+// itself for FP8 and BF16: simdDecodes).
 func (p *Packed) decodeRowSIMD(w []float32, r int) {
-	if simdDecodeInGo {
+	pl := p.simd
+	if !simdDecodes(pl.kind) {
 		p.DecodeRow(w, r)
 		return
 	}
-	pl := p.simd
 	w = w[:p.g.K]
 	base := &p.data[p.rowBase(r)]
 	switch pl.kind {
 	case simdNVFP4:
-		nvfp4DecodeAVX2(&w[0], base, &pl.ents[0], pl.n, &e4m3LUT[0])
+		tileDecodeNVFP4(&w[0], base, &pl.ents[0], pl.n, &e4m3LUT[0])
 	case simdFP8:
 		fp8DecodeAVX2(&w[0], base, &pl.ents[0], pl.n)
 	case simdBF16:

@@ -10,12 +10,13 @@ var haveSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 // The tiles path's kernels (simd.go): the AVX2 dot products and decoders.
 var tileDot4x2, tileDot4x1 = dot4x2AVX2, dot4x1AVX2
 
-// simdDecodeInGo is false: the AVX2 decoders write the tiles; haveFused8: the fused 8-row
-// kernels exist.
-const (
-	simdDecodeInGo = false
-	haveFused8     = true
-)
+// The AVX2 decoders write every kind of tile.
+var tileDecodeNVFP4 = nvfp4DecodeAVX2
+
+func simdDecodes(simdKind) bool { return true }
+
+// haveFused8: the fused 8-row kernels exist.
+const haveFused8 = true
 
 // simdName names the kernel set for tests ("avx2"; "avx512" for the wide one).
 const simdName = "avx2"

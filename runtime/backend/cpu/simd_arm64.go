@@ -3,8 +3,9 @@
 package cpu
 
 // The arm64 SIMD path (simd.go's tiles, simd_arm64.s): NEON dot products of decoded weight
-// tiles, the tiles written by the Go decoders (DecodeRow: exact weights, the same values the
-// AVX2 decoders write). The dot kernels keep the amd64 kernels' numerics: per (weight row,
+// tiles, the tiles written by the NEON NVFP4 decoder (table lookups of the codes' float32
+// bytes, the scale multiplied by an FMA onto −0) or, for FP8 and BF16, by the Go decoders
+// (DecodeRow) — exact weights, the values the AVX2 decoders write. The dot kernels keep the amd64 kernels' numerics: per (weight row,
 // activation row) pair eight accumulator lanes, column c in lane c mod 8, fused multiply-adds
 // in column order (two 4-lane NEON registers: lanes 0–3 and 4–7), then the lanes reduced as
 // ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) — in Go here, from the lanes the kernel stores — so
@@ -26,9 +27,12 @@ var haveAVX512 = false
 // The tiles path's kernels (simd.go).
 var tileDot4x2, tileDot4x1 = dot4x2NEON, dot4x1NEON
 
+// The NEON NVFP4 decoder writes NVFP4 tiles; DecodeRow the FP8 and BF16 ones.
+var tileDecodeNVFP4 = nvfp4DecodeNEON
+
+func simdDecodes(k simdKind) bool { return k == simdNVFP4 }
+
 const (
-	// simdDecodeInGo: DecodeRow writes the tiles.
-	simdDecodeInGo = true
 	// haveFused8: no fused 8-row kernels here; the tiles take every row count.
 	haveFused8 = false
 	// simdName names the kernel set for tests.
@@ -44,6 +48,12 @@ func dot4x1NEONLanes(w *float32, k int, x *float32, lanes *[32]float32)
 
 //go:noescape
 func dot4x2NEONLanes(w *float32, k int, x0, x1 *float32, lanes *[64]float32)
+
+// nvfp4DecodeNEON is nvfp4DecodeAVX2's contract (simd_arm64.s): the NVFP4 groups of a row
+// into dst, bit for bit the values DecodeRow writes.
+//
+//go:noescape
+func nvfp4DecodeNEON(dst *float32, base *byte, ents *int32, n int, scales *float32)
 
 // reduce8 adds eight accumulator lanes as the AVX2 kernels' REDUCE4 does.
 func reduce8(l []float32) float32 {
@@ -68,7 +78,7 @@ func dot4x2NEON(w *float32, k int, x0, x1 *float32, out *[8]float32) {
 	}
 }
 
-// The amd64 kernels simd.go names; never called on arm64 (no AVX2 decoders: simdDecodeInGo;
+// The amd64 kernels simd.go names; never called on arm64 (no AVX2 decoders: simdDecodes;
 // no fused 8-row path: fuse8MinRows; no AVX-512: haveAVX512).
 func nvfp4DecodeAVX2(*float32, *byte, *int32, int, *float32) { panic("cpu: no AVX2 kernels on arm64") }
 func fp8DecodeAVX2(*float32, *byte, *int32, int)             { panic("cpu: no AVX2 kernels on arm64") }

@@ -112,3 +112,74 @@ d42done:
 	VST1.P [V8.S4, V9.S4, V10.S4, V11.S4], 64(R3)
 	VST1   [V12.S4, V13.S4, V14.S4, V15.S4], (R3)
 	RET
+
+// E2M1 codes 0…15 as float32 bit bytes: byte 3 (sign, exponent's top bits) and byte 2 (the
+// exponent's low bit and the mantissa); bytes 1 and 0 are zero for every code.
+DATA e2m1b3<>+0(SB)/8, $0x404040403f3f3f00
+DATA e2m1b3<>+8(SB)/8, $0xc0c0c0c0bfbfbf80
+GLOBL e2m1b3<>(SB), RODATA|NOPTR, $16
+DATA e2m1b2<>+0(SB)/8, $0xc0804000c0800000
+DATA e2m1b2<>+8(SB)/8, $0xc0804000c0800000
+GLOBL e2m1b2<>(SB), RODATA|NOPTR, $16
+DATA negzero<>+0(SB)/4, $0x80000000
+GLOBL negzero<>(SB), RODATA|NOPTR, $4
+
+// func nvfp4DecodeNEON(dst *float32, base *byte, ents *int32, n int, scales *float32)
+// nvfp4DecodeAVX2's contract: for each of the n entries {code offset, scale offset, column}
+// (int32, relative to base; the column in dst), the group's 16 codes (8 bytes, the even
+// column in the low nibble) times scales[its E4M3 scale byte] into dst[column …+16]. Codes
+// become float32 bits by table lookup, the scale multiply is an FMA onto −0 (the product
+// exactly, −0 kept): the values DecodeRow writes, bit for bit.
+TEXT ·nvfp4DecodeNEON(SB), NOSPLIT, $0-40
+	MOVD dst+0(FP), R0
+	MOVD base+8(FP), R1
+	MOVD ents+16(FP), R2
+	MOVD n+24(FP), R3
+	MOVD scales+32(FP), R4
+	CMP  $0, R3
+	BLE  nvdone
+	MOVD $e2m1b3<>(SB), R5
+	VLD1 (R5), [V30.B16]
+	MOVD $e2m1b2<>(SB), R5
+	VLD1 (R5), [V31.B16]
+	MOVD $negzero<>(SB), R5
+	VLD1R (R5), [V27.S4]
+	VMOVI $15, V29.B16
+	VEOR V28.B16, V28.B16, V28.B16
+
+nvloop:
+	MOVW  (R2), R7  // code offset
+	MOVW  4(R2), R8 // scale offset
+	MOVW  8(R2), R9 // column
+	ADD   R7, R1, R10
+	VLD1  (R10), [V0.B8]
+	MOVBU (R1)(R8), R11
+	ADD   R11<<2, R4, R12
+	VLD1R (R12), [V26.S4]
+	VAND  V29.B16, V0.B16, V2.B16  // even columns' codes
+	VUSHR $4, V0.B16, V3.B16       // odd columns' codes
+	VZIP1 V3.B16, V2.B16, V4.B16   // the 16 codes in column order
+	VTBL  V4.B16, [V30.B16], V5.B16
+	VTBL  V4.B16, [V31.B16], V6.B16
+	VZIP1 V5.B16, V6.B16, V7.B16   // high halves of columns 0–7
+	VZIP2 V5.B16, V6.B16, V8.B16   // columns 8–15
+	VZIP1 V7.H8, V28.H8, V9.H8     // columns 0–3 as float32
+	VZIP2 V7.H8, V28.H8, V10.H8
+	VZIP1 V8.H8, V28.H8, V11.H8
+	VZIP2 V8.H8, V28.H8, V12.H8
+	VORR  V27.B16, V27.B16, V13.B16
+	VORR  V27.B16, V27.B16, V14.B16
+	VORR  V27.B16, V27.B16, V15.B16
+	VORR  V27.B16, V27.B16, V16.B16
+	VFMLA V26.S4, V9.S4, V13.S4
+	VFMLA V26.S4, V10.S4, V14.S4
+	VFMLA V26.S4, V11.S4, V15.S4
+	VFMLA V26.S4, V12.S4, V16.S4
+	ADD   R9<<2, R0, R13
+	VST1  [V13.S4, V14.S4, V15.S4, V16.S4], (R13)
+	ADD   $12, R2
+	SUBS  $1, R3, R3
+	BNE   nvloop
+
+nvdone:
+	RET

@@ -8,10 +8,13 @@ var haveSIMD = false
 // The tiles path's kernels: none (haveSIMD is false, so simd.go never calls them).
 var tileDot4x2, tileDot4x1 = dot4x2AVX2, dot4x1AVX2
 
+var tileDecodeNVFP4 = nvfp4DecodeAVX2
+
+func simdDecodes(simdKind) bool { return false }
+
 const (
-	simdDecodeInGo = true
-	haveFused8     = false
-	simdName       = "none"
+	haveFused8 = false
+	simdName   = "none"
 )
 
 func nvfp4DecodeAVX2(*float32, *byte, *int32, int, *float32) { panic("cpu: no SIMD kernels") }
