@@ -23,8 +23,8 @@ import (
 // them) into float32 weights, then take their dot product with every activation row, so a
 // weight is decoded once per product whatever the number of activation rows.
 //
-// Two kernel sets: on amd64 with AVX2 and FMA, and on arm64 (NEON: the NVFP4 decoder and the
-// dot products), NVFP4, FP8 and BF16 matrices whose stripes hold whole 16-column groups
+// Two kernel sets: on amd64 with AVX2 and FMA, and on arm64 (NEON decoders and dot products),
+// NVFP4, FP8 and BF16 matrices whose stripes hold whole 16-column groups
 // (8 columns for BF16) run the SIMD kernels of simd.go (AVX-512 where the CPU has it); every
 // other matrix, and every matrix elsewhere (or with -tags purego), runs the scalar Go kernels
 // below.

@@ -146,8 +146,8 @@ func (p *Packed) rowBase(r int) int {
 }
 
 // decodeRowSIMD is DecodeRow on the SIMD path: w[:K] = packed row r without its tensor scale
-// (the same values: the AVX2 decoders on amd64; on arm64 the NEON NVFP4 decoder and DecodeRow
-// itself for FP8 and BF16: simdDecodes).
+// (the same values: the AVX2 decoders on amd64, the NEON ones on arm64; DecodeRow itself
+// where simdDecodes says a build has none).
 func (p *Packed) decodeRowSIMD(w []float32, r int) {
 	pl := p.simd
 	if !simdDecodes(pl.kind) {
@@ -160,9 +160,9 @@ func (p *Packed) decodeRowSIMD(w []float32, r int) {
 	case simdNVFP4:
 		tileDecodeNVFP4(&w[0], base, &pl.ents[0], pl.n, &e4m3LUT[0])
 	case simdFP8:
-		fp8DecodeAVX2(&w[0], base, &pl.ents[0], pl.n)
+		tileDecodeFP8(&w[0], base, &pl.ents[0], pl.n)
 	case simdBF16:
-		bf16DecodeAVX2(&w[0], base, &pl.ents[0], pl.n)
+		tileDecodeBF16(&w[0], base, &pl.ents[0], pl.n)
 	}
 }
 

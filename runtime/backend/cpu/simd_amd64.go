@@ -11,7 +11,11 @@ var haveSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 var tileDot4x2, tileDot4x1 = dot4x2AVX2, dot4x1AVX2
 
 // The AVX2 decoders write every kind of tile.
-var tileDecodeNVFP4 = nvfp4DecodeAVX2
+var (
+	tileDecodeNVFP4 = nvfp4DecodeAVX2
+	tileDecodeFP8   = fp8DecodeAVX2
+	tileDecodeBF16  = bf16DecodeAVX2
+)
 
 func simdDecodes(simdKind) bool { return true }
 

@@ -3,9 +3,10 @@
 package cpu
 
 // The arm64 SIMD path (simd.go's tiles, simd_arm64.s): NEON dot products of decoded weight
-// tiles, the tiles written by the NEON NVFP4 decoder (table lookups of the codes' float32
-// bytes, the scale multiplied by an FMA onto −0) or, for FP8 and BF16, by the Go decoders
-// (DecodeRow) — exact weights, the values the AVX2 decoders write. The dot kernels keep the amd64 kernels' numerics: per (weight row,
+// tiles, the tiles written by NEON decoders (NVFP4: table lookups of the codes' float32 bytes,
+// the block scale multiplied by an FMA onto −0; FP8: the E4M3 bits placed and rebiased by a
+// multiply, as the AVX2 decoder; BF16: a shift) — exact weights, the values DecodeRow writes
+// (NaN payloads aside). The dot kernels keep the amd64 kernels' numerics: per (weight row,
 // activation row) pair eight accumulator lanes, column c in lane c mod 8, fused multiply-adds
 // in column order (two 4-lane NEON registers: lanes 0–3 and 4–7), then the lanes reduced as
 // ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) — in Go here, from the lanes the kernel stores — so
@@ -27,10 +28,14 @@ var haveAVX512 = false
 // The tiles path's kernels (simd.go).
 var tileDot4x2, tileDot4x1 = dot4x2NEON, dot4x1NEON
 
-// The NEON NVFP4 decoder writes NVFP4 tiles; DecodeRow the FP8 and BF16 ones.
-var tileDecodeNVFP4 = nvfp4DecodeNEON
+// The NEON decoders write the tiles.
+var (
+	tileDecodeNVFP4 = nvfp4DecodeNEON
+	tileDecodeFP8   = fp8DecodeNEON
+	tileDecodeBF16  = bf16DecodeNEON
+)
 
-func simdDecodes(k simdKind) bool { return k == simdNVFP4 }
+func simdDecodes(simdKind) bool { return true }
 
 const (
 	// haveFused8: no fused 8-row kernels here; the tiles take every row count.
@@ -54,6 +59,14 @@ func dot4x2NEONLanes(w *float32, k int, x0, x1 *float32, lanes *[64]float32)
 //
 //go:noescape
 func nvfp4DecodeNEON(dst *float32, base *byte, ents *int32, n int, scales *float32)
+
+// fp8DecodeNEON and bf16DecodeNEON are fp8DecodeAVX2's and bf16DecodeAVX2's contracts.
+//
+//go:noescape
+func fp8DecodeNEON(dst *float32, base *byte, ents *int32, n int)
+
+//go:noescape
+func bf16DecodeNEON(dst *float32, base *byte, ents *int32, n int)
 
 // reduce8 adds eight accumulator lanes as the AVX2 kernels' REDUCE4 does.
 func reduce8(l []float32) float32 {

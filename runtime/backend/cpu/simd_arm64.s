@@ -183,3 +183,94 @@ nvloop:
 
 nvdone:
 	RET
+
+DATA fp8consts<>+0(SB)/4, $0x0000007f // E4M3 magnitude bits (and the NaN magnitude)
+DATA fp8consts<>+4(SB)/4, $0x00000080 // E4M3 sign bit
+DATA fp8consts<>+8(SB)/4, $0x7b800000 // 2^120: rebias E4M3 (bias 7) placed in float32 bits (bias 127)
+GLOBL fp8consts<>(SB), RODATA|NOPTR, $12
+
+// FP8DEC decodes four E4M3 codes (u32 lanes of c) into float32 lanes of out as fp8DecodeAVX2
+// does: magnitude bits << 20 times 2^120 (an FMA onto −0: the product), the sign bit << 24
+// ORed in, all ones for the NaN magnitude 0x7F. V29 = 0x7F, V30 = 0x80, V31 = 2^120, V27 = −0
+// in every lane; clobbers V20–V23.
+#define FP8DEC(c, out) \
+	VAND  V29.B16, c.B16, V20.B16; \
+	VCMEQ V29.S4, V20.S4, V21.S4; \
+	VSHL  $20, V20.S4, V20.S4; \
+	VORR  V27.B16, V27.B16, V22.B16; \
+	VFMLA V31.S4, V20.S4, V22.S4; \
+	VAND  V30.B16, c.B16, V23.B16; \
+	VSHL  $24, V23.S4, V23.S4; \
+	VORR  V23.B16, V22.B16, V22.B16; \
+	VORR  V21.B16, V22.B16, out.B16
+
+// func fp8DecodeNEON(dst *float32, base *byte, ents *int32, n int)
+// fp8DecodeAVX2's contract: for each of the n entries {offset, column} (int32), the 16 E4M3
+// codes at base+offset into dst[column …+16].
+TEXT ·fp8DecodeNEON(SB), NOSPLIT, $0-32
+	MOVD dst+0(FP), R0
+	MOVD base+8(FP), R1
+	MOVD ents+16(FP), R2
+	MOVD n+24(FP), R3
+	CMP  $0, R3
+	BLE  f8done
+	MOVD $fp8consts<>(SB), R5
+	VLD1R (R5), [V29.S4]
+	ADD  $4, R5, R6
+	VLD1R (R6), [V30.S4]
+	ADD  $8, R5, R6
+	VLD1R (R6), [V31.S4]
+	MOVD $negzero<>(SB), R6
+	VLD1R (R6), [V27.S4]
+
+f8loop:
+	MOVW   (R2), R7  // offset
+	MOVW   4(R2), R9 // column
+	ADD    R7, R1, R10
+	VLD1   (R10), [V0.B16]
+	VUXTL  V0.B8, V1.H8
+	VUXTL2 V0.B16, V2.H8
+	VUXTL  V1.H4, V3.S4
+	VUXTL2 V1.H8, V4.S4
+	VUXTL  V2.H4, V5.S4
+	VUXTL2 V2.H8, V6.S4
+	FP8DEC(V3, V13)
+	FP8DEC(V4, V14)
+	FP8DEC(V5, V15)
+	FP8DEC(V6, V16)
+	ADD    R9<<2, R0, R13
+	VST1   [V13.S4, V14.S4, V15.S4, V16.S4], (R13)
+	ADD    $8, R2
+	SUBS   $1, R3, R3
+	BNE    f8loop
+
+f8done:
+	RET
+
+// func bf16DecodeNEON(dst *float32, base *byte, ents *int32, n int)
+// bf16DecodeAVX2's contract: for each of the n entries {offset, column} (int32), the 8 BF16
+// values at base+offset into dst[column …+8] (each the top half of its float32).
+TEXT ·bf16DecodeNEON(SB), NOSPLIT, $0-32
+	MOVD dst+0(FP), R0
+	MOVD base+8(FP), R1
+	MOVD ents+16(FP), R2
+	MOVD n+24(FP), R3
+	CMP  $0, R3
+	BLE  bfdone
+	VEOR V28.B16, V28.B16, V28.B16
+
+bfloop:
+	MOVW  (R2), R7
+	MOVW  4(R2), R9
+	ADD   R7, R1, R10
+	VLD1  (R10), [V0.H8]
+	VZIP1 V0.H8, V28.H8, V1.H8 // values 0–3 as the top halves of float32 words
+	VZIP2 V0.H8, V28.H8, V2.H8 // values 4–7
+	ADD   R9<<2, R0, R13
+	VST1    [V1.S4, V2.S4], (R13)
+	ADD     $8, R2
+	SUBS    $1, R3, R3
+	BNE     bfloop
+
+bfdone:
+	RET
