@@ -5,7 +5,7 @@ package cpu
 // The arm64 SIMD path (simd.go's tiles, simd_arm64.s): NEON dot products of decoded weight
 // tiles, the tiles written by NEON decoders (NVFP4: table lookups of the codes' float32 bytes,
 // the block scale multiplied by an FMA onto −0; FP8: the E4M3 bits placed and rebiased by a
-// multiply, as the AVX2 decoder; BF16: a shift) — exact weights, the values DecodeRow writes
+// multiply, as the AVX2 decoder; BF16: a zip with zeros) — exact weights, the values DecodeRow writes
 // (NaN payloads aside). The dot kernels keep the amd64 kernels' numerics: per (weight row,
 // activation row) pair eight accumulator lanes, column c in lane c mod 8, fused multiply-adds
 // in column order (two 4-lane NEON registers: lanes 0–3 and 4–7), then the lanes reduced as
@@ -16,8 +16,10 @@ package cpu
 // runs NVFP4 and FP8 in 16 lanes, so there the two differ by float32 rounding; NaN payloads
 // also differ between the architectures (the default NaN's sign).
 //
-// Checked under qemu-aarch64 (go test with GOARCH=arm64) against the scalar kernels and for
-// row invariance; its speed on Apple silicon is not measured (no arm64 machine here).
+// Checked under qemu-aarch64 (go test with GOARCH=arm64; .ci/run): the decoders bit for bit
+// against DecodeRow, the dot kernels against the lane order written out in Go, products against
+// the scalar kernels and for row invariance, the transformers goldens. Its speed on Apple
+// silicon is not measured (no arm64 machine here).
 
 // haveSIMD is true: NEON and FMA are part of ARMv8-A.
 var haveSIMD = true
