@@ -9,8 +9,8 @@ import (
 )
 
 // The SIMD path of the packed product (amd64 with AVX2 and FMA: simd_amd64.s; with AVX-512
-// F/VL/BW as well: simd512_amd64.s; arm64: the tiles only, NEON dot products over tiles the Go
-// decoders write, simd_arm64.s). Two shapes of work:
+// F/VL/BW as well: simd512_amd64.s; arm64: the tiles only, NEON decoders and dot products,
+// simd_arm64.s). Two shapes of work:
 //
 //   - fused (5–8 activation rows with AVX-512, 7–8 with AVX2 and K ≤ 512: verify and draft
 //     steps): decode a piece of one weight row (two with AVX-512) into registers and multiply
@@ -84,8 +84,7 @@ type simdPlan struct {
 }
 
 // newSIMDPlan returns the plan of p, or nil when the SIMD path does not serve it: no SIMD
-// kernels in this build or CPU (haveSIMD), a format without a SIMD decoder (the same rules on
-// arm64, where DecodeRow could serve more layouts but the plan keeps one definition), K not a multiple of the piece width, a stripe whose
+// kernels in this build or CPU (haveSIMD), a format without a SIMD decoder, K not a multiple of the piece width, a stripe whose
 // columns are not whole pieces, an NVFP4 group that is not 16 whole columns in one word.
 func newSIMDPlan(p *Packed) *simdPlan {
 	g := &p.g
@@ -146,14 +145,9 @@ func (p *Packed) rowBase(r int) int {
 }
 
 // decodeRowSIMD is DecodeRow on the SIMD path: w[:K] = packed row r without its tensor scale
-// (the same values: the AVX2 decoders on amd64, the NEON ones on arm64; DecodeRow itself
-// where simdDecodes says a build has none).
+// (the same values: the AVX2 decoders on amd64, the NEON ones on arm64).
 func (p *Packed) decodeRowSIMD(w []float32, r int) {
 	pl := p.simd
-	if !simdDecodes(pl.kind) {
-		p.DecodeRow(w, r)
-		return
-	}
 	w = w[:p.g.K]
 	base := &p.data[p.rowBase(r)]
 	switch pl.kind {

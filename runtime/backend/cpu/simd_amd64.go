@@ -17,8 +17,6 @@ var (
 	tileDecodeBF16  = bf16DecodeAVX2
 )
 
-func simdDecodes(simdKind) bool { return true }
-
 // haveFused8: the fused 8-row kernels exist.
 const haveFused8 = true
 

@@ -5,16 +5,20 @@ package cpu
 // The arm64 SIMD path (simd.go's tiles, simd_arm64.s): NEON dot products of decoded weight
 // tiles, the tiles written by NEON decoders (NVFP4: table lookups of the codes' float32 bytes,
 // the block scale multiplied by an FMA onto −0; FP8: the E4M3 bits placed and rebiased by a
-// multiply, as the AVX2 decoder; BF16: a zip with zeros) — exact weights, the values DecodeRow writes
-// (NaN payloads aside). The dot kernels keep the amd64 kernels' numerics: per (weight row,
-// activation row) pair eight accumulator lanes, column c in lane c mod 8, fused multiply-adds
-// in column order (two 4-lane NEON registers: lanes 0–3 and 4–7), then the lanes reduced as
-// ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) — in Go here, from the lanes the kernel stores — so
-// a product is bit-identical to the AVX2 tiles' (and a row's result does not depend on the
-// other rows of the call). The fused 8-row kernels and the AVX-512 set are amd64 only: on
-// arm64 every row count takes the tiles (haveFused8). On hosts with AVX-512 the amd64 backend
-// runs NVFP4 and FP8 in 16 lanes, so there the two differ by float32 rounding; NaN payloads
-// also differ between the architectures (the default NaN's sign).
+// multiply, as the AVX2 decoder; BF16: a zip with zeros) — exact weights, the values DecodeRow
+// writes (FP8's NaN codes aside: all ones, as the AVX2 decoder). The FP8 decoder multiplies
+// subnormal float32 values (E4M3 subnormals before the rebias), so it assumes FPCR.FZ = 0, the
+// default that Go never changes (as the AVX2 one assumes MXCSR.DAZ = 0); a C library loaded
+// through cgo that set flush-to-zero would make E4M3 subnormals decode to ±0. The dot kernels
+// keep the amd64 kernels' numerics: per (weight row, activation row) pair eight accumulator
+// lanes, column c in lane c mod 8, fused multiply-adds in column order (two 4-lane NEON
+// registers: lanes 0–3 and 4–7), then the lanes reduced as ((l0+l1)+(l2+l3)) +
+// ((l4+l5)+(l6+l7)) — in Go here, from the lanes the kernel stores — so a product is
+// bit-identical to the AVX2 tiles' (and a row's result does not depend on the other rows of
+// the call). The fused 8-row kernels and the AVX-512 set are amd64 only: on arm64 every row
+// count takes the tiles (haveFused8). On hosts with AVX-512 the amd64 backend runs NVFP4 and
+// FP8 in 16 lanes, so there the two differ by float32 rounding; NaN payloads also differ
+// between the architectures (the default NaN's sign).
 //
 // Checked under qemu-aarch64 (go test with GOARCH=arm64; .ci/run): the decoders bit for bit
 // against DecodeRow, the dot kernels against the lane order written out in Go, products against
@@ -36,8 +40,6 @@ var (
 	tileDecodeFP8   = fp8DecodeNEON
 	tileDecodeBF16  = bf16DecodeNEON
 )
-
-func simdDecodes(simdKind) bool { return true }
 
 const (
 	// haveFused8: no fused 8-row kernels here; the tiles take every row count.
@@ -93,11 +95,8 @@ func dot4x2NEON(w *float32, k int, x0, x1 *float32, out *[8]float32) {
 	}
 }
 
-// The amd64 kernels simd.go names; never called on arm64 (no AVX2 decoders: simdDecodes;
-// no fused 8-row path: fuse8MinRows; no AVX-512: haveAVX512).
-func nvfp4DecodeAVX2(*float32, *byte, *int32, int, *float32) { panic("cpu: no AVX2 kernels on arm64") }
-func fp8DecodeAVX2(*float32, *byte, *int32, int)             { panic("cpu: no AVX2 kernels on arm64") }
-func bf16DecodeAVX2(*float32, *byte, *int32, int)            { panic("cpu: no AVX2 kernels on arm64") }
+// The amd64 kernels simd.go names; never called on arm64 (no fused 8-row path: haveFused8;
+// no AVX-512: haveAVX512).
 func nvfp4Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
 	panic("cpu: no AVX2 kernels on arm64")
 }

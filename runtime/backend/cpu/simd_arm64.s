@@ -190,8 +190,9 @@ DATA fp8consts<>+8(SB)/4, $0x7b800000 // 2^120: rebias E4M3 (bias 7) placed in f
 GLOBL fp8consts<>(SB), RODATA|NOPTR, $12
 
 // FP8DEC decodes four E4M3 codes (u32 lanes of c) into float32 lanes of out as fp8DecodeAVX2
-// does: magnitude bits << 20 times 2^120 (an FMA onto −0: the product), the sign bit << 24
-// ORed in, all ones for the NaN magnitude 0x7F. V29 = 0x7F, V30 = 0x80, V31 = 2^120, V27 = −0
+// does: magnitude bits << 20 times 2^120 (an FMA onto −0: the product; the magnitude is ≥ +0,
+// so the addend changes nothing), the sign bit << 24 ORed in, all ones for the NaN magnitude
+// 0x7F. Needs FPCR.FZ = 0 (E4M3 subnormals are float32 subnormals before the multiply). V29 = 0x7F, V30 = 0x80, V31 = 2^120, V27 = −0
 // in every lane; clobbers V20–V23.
 #define FP8DEC(c, out) \
 	VAND  V29.B16, c.B16, V20.B16; \

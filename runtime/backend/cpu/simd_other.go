@@ -14,8 +14,6 @@ var (
 	tileDecodeBF16  = bf16DecodeAVX2
 )
 
-func simdDecodes(simdKind) bool { return false }
-
 const (
 	haveFused8 = false
 	simdName   = "none"
