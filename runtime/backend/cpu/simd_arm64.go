@@ -28,9 +28,6 @@ package cpu
 // haveSIMD is true: NEON and FMA are part of ARMv8-A.
 var haveSIMD = true
 
-// haveAVX512 is false (amd64 only).
-var haveAVX512 = false
-
 // The tiles path's kernels (simd.go).
 var tileDot4x2, tileDot4x1 = dot4x2NEON, dot4x1NEON
 
@@ -93,26 +90,4 @@ func dot4x2NEON(w *float32, k int, x0, x1 *float32, out *[8]float32) {
 	for i := range out {
 		out[i] = reduce8(lanes[8*i : 8*i+8])
 	}
-}
-
-// The amd64 kernels simd.go names; never called on arm64 (no fused 8-row path: haveFused8;
-// no AVX-512: haveAVX512).
-func nvfp4Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
-	panic("cpu: no AVX2 kernels on arm64")
-}
-func fp8Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
-	panic("cpu: no AVX2 kernels on arm64")
-}
-func bf16Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
-	panic("cpu: no AVX2 kernels on arm64")
-}
-func dot4x1AVX512(*float32, int, *float32, *[4]float32) { panic("cpu: no AVX-512 kernels on arm64") }
-func dot4x2AVX512(*float32, int, *float32, *float32, *[8]float32) {
-	panic("cpu: no AVX-512 kernels on arm64")
-}
-func nvfp4Dot2x8AVX512(*float32, *[2]*byte, *int32, int, *float32, int, *[16]float32) {
-	panic("cpu: no AVX-512 kernels on arm64")
-}
-func fp8Dot2x8AVX512(*float32, *[2]*byte, *int32, int, *float32, int, *[16]float32) {
-	panic("cpu: no AVX-512 kernels on arm64")
 }

@@ -18,34 +18,3 @@ const (
 	haveFused8 = false
 	simdName   = "none"
 )
-
-func nvfp4DecodeAVX2(*float32, *byte, *int32, int, *float32) { panic("cpu: no SIMD kernels") }
-func fp8DecodeAVX2(*float32, *byte, *int32, int)             { panic("cpu: no SIMD kernels") }
-func bf16DecodeAVX2(*float32, *byte, *int32, int)            { panic("cpu: no SIMD kernels") }
-func dot4x2AVX2(*float32, int, *float32, *float32, *[8]float32) {
-	panic("cpu: no SIMD kernels")
-}
-func dot4x1AVX2(*float32, int, *float32, *[4]float32) { panic("cpu: no SIMD kernels") }
-
-func nvfp4Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
-	panic("cpu: no SIMD kernels")
-}
-func fp8Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
-	panic("cpu: no SIMD kernels")
-}
-func bf16Dot8AVX2(*float32, *byte, *int32, int, *float32, int, *[8]float32) {
-	panic("cpu: no SIMD kernels")
-}
-
-var haveAVX512 = false
-
-func dot4x1AVX512(*float32, int, *float32, *[4]float32) { panic("cpu: no SIMD kernels") }
-func dot4x2AVX512(*float32, int, *float32, *float32, *[8]float32) {
-	panic("cpu: no SIMD kernels")
-}
-func nvfp4Dot2x8AVX512(*float32, *[2]*byte, *int32, int, *float32, int, *[16]float32) {
-	panic("cpu: no SIMD kernels")
-}
-func fp8Dot2x8AVX512(*float32, *[2]*byte, *int32, int, *float32, int, *[16]float32) {
-	panic("cpu: no SIMD kernels")
-}

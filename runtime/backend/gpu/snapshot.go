@@ -96,6 +96,20 @@ func (s *Session) stage() (*HostBuffer, error) {
 	return s.stageHost, nil
 }
 
+// stageHalves returns the staging buffer and the size of its halves (bytes), the chunk of a
+// copy. Errors: stage's, a buffer under 2 bytes (snapshotStage set so by a test).
+func (s *Session) stageHalves() (*HostBuffer, int, error) {
+	st, err := s.stage()
+	if err != nil {
+		return nil, 0, err
+	}
+	half := len(st.Bytes) / 2
+	if half == 0 {
+		return nil, 0, fmt.Errorf("snapshot staging buffer of %d bytes: want at least 2", len(st.Bytes))
+	}
+	return st, half, nil
+}
+
 // waitCopy waits for a staging copy. When the wait says the device may still be running
 // (ErrDeviceBusy), the copy may still target the staging buffer: it is dropped without being
 // freed (leaked, as Close keeps buffers then) and the Target told, as LastLogits does.
@@ -115,13 +129,9 @@ func (s *Session) waitCopy() error {
 // the other, so the device copy and the host copy overlap. Every queued copy is awaited before
 // it returns, on errors too (except a wait error, which ends it).
 func (s *Session) copyOut(dst []byte, src *Buffer, off int64) error {
-	st, err := s.stage()
+	st, half, err := s.stageHalves()
 	if err != nil {
 		return err
-	}
-	half := len(st.Bytes) / 2
-	if half == 0 {
-		return fmt.Errorf("snapshot staging buffer of %d bytes: want at least 2", len(st.Bytes))
 	}
 	queue := func(i int) error {
 		lo := i * half
@@ -163,13 +173,9 @@ func (s *Session) copyOut(dst []byte, src *Buffer, off int64) error {
 // it: the host fills one half while the device copies the previous chunk out of the other.
 // Every queued copy is awaited before it returns.
 func (s *Session) copyIn(dst *Buffer, off int64, src []byte) error {
-	st, err := s.stage()
+	st, half, err := s.stageHalves()
 	if err != nil {
 		return err
-	}
-	half := len(st.Bytes) / 2
-	if half == 0 {
-		return fmt.Errorf("snapshot staging buffer of %d bytes: want at least 2", len(st.Bytes))
 	}
 	queued := false
 	for lo, i := 0, 0; lo < len(src); lo, i = lo+half, i+1 {
