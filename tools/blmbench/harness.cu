@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cuda_runtime.h>
+#include <cuda.h>  // CUtensorMap (proto.cuh's blm_tma)
+#include <dlfcn.h>
 
 // In a namespace: the generated source defines helpers (umin, umax, ...) that CUDA's own
 // headers, included by nvcc but not by NVRTC, also declare.
@@ -26,6 +28,19 @@ namespace lk {
 
 // The prototype kernel (proto.cuh), timed beside the generated one when PROTO is set.
 #include "proto.cuh"
+
+// encodeTiled: the driver's cuTensorMapEncodeTiled, looked up in libcuda.so.1 (no -lcuda needed).
+typedef CUresult (*EncodeTiledFn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                  const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static EncodeTiledFn encodeTiled() {
+    static EncodeTiledFn f = nullptr;
+    if (!f) {
+        void* h = dlopen("libcuda.so.1", RTLD_NOW);
+        if (h) f = (EncodeTiledFn)dlsym(h, "cuTensorMapEncodeTiled");
+    }
+    return f;
+}
 
 struct KernelEntry { const char* name; const void* fn; };
 static const KernelEntry kernel_table[] = {
@@ -158,6 +173,85 @@ int main(int argc, char** argv) {
         if (protos && fm && rec.size() >= 17 && rec[5] == 32 && (fm != 1 || (rec[9] == 16 && rec[7] % 16 == 0))) {
             char buf[256]; snprintf(buf, sizeof buf, "%s", protos);
             for (char* tok = strtok(buf, " ,"); tok; tok = strtok(nullptr, " ,")) {
+                if (tok[0] == 't') {
+                    // "tP:NB:BS[:D[:DIAG]]": blm_tma with P parts, NB blocks per stage split among BS
+                    // warps per quad-step owner, D stages (0 or none: the most, up to 8, that fit in
+                    // shared memory), diagnostics DIAG (proto::Args.diag).
+                    unsigned P = 0, NB = 0, BS = 1, RD = 0, DG = 0;
+                    if (sscanf(tok + 1, "%u:%u:%u:%u:%u", &P, &NB, &BS, &RD, &DG) < 3 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
+                    proto::Args pa = {};
+                    pa.scales = S[0]; pa.x = x; pa.y = y;
+                    pa.rows = rec[1]; pa.n = rec[3]; pa.k = rec[4]; pa.uw = rec[6]; pa.stripe = rec[7]; pa.payload = rec[8];
+                    pa.blocks = rec[10]; pa.ldx = rec[11]; pa.ldy = rec[12]; pa.epi = rec[13]; pa.parts = P; pa.smax = 1;
+                    const unsigned SQ = 32 / P / 4, nqs = ((pa.payload + 15) / 16) * SQ, tq = proto::TmaQ(fm);
+                    unsigned nwq = (nqs + tq - 1) / tq;
+                    if ((DG & 1) && nwq > 20) nwq = 20;  // the data path alone: the warps read part of each stage
+                    const unsigned nw = nwq * BS;
+                    const void* pf = proto::PickT(fm, (int)NB, (int)BS, P, nwq);
+                    if (!pf) { printf("%-8s %-14s rows %d %s: no instantiation for %u warps\n", variant, name, rows, tok, nw); continue; }
+                    if (RD == 0) { RD = 8; while (RD > 1 && proto::TmaSmem(P, pa.uw, NB, RD, nwq) > 227 * 1024) RD--; }
+                    const size_t sm = proto::TmaSmem(P, pa.uw, NB, RD, nwq);
+                    if (sm > 227 * 1024) { printf("%-8s %-14s rows %d %s: %zu bytes of shared memory\n", variant, name, rows, tok, sm); continue; }
+                    pa.depth = RD; pa.diag = DG;
+                    CK(cudaFuncSetAttribute(pf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+                    int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pf, 32 * nw, sm));
+                    if (occ == 0) { printf("%-8s %-14s rows %d %s: does not fit (%zu bytes of shared memory, %u warps)\n", variant, name, rows, tok, sm, nw); continue; }
+                    const unsigned nst = (pa.blocks + NB - 1) / NB;
+                    unsigned grid = prop.multiProcessorCount * occ / P * P;
+                    if (grid > nst * P) grid = nst * P;
+                    CK(cudaMalloc(&pa.scratch, (size_t)4 * P * pa.blocks * 128)); CK(cudaMalloc(&pa.counters, 4 * nst));
+                    CK(cudaMemsetAsync(pa.counters, 0, 4 * nst, s));
+                    EncodeTiledFn enc = encodeTiled();
+                    if (!enc) { printf("no cuTensorMapEncodeTiled in libcuda.so.1\n"); exit(1); }
+                    // TMA_PROMO: the tensor maps' L2 promotion (0 none, 1 64 B, 2 128 B, 3 256 B; default 3).
+                    const char* pe = getenv("TMA_PROMO");
+                    const int promo = pe ? atoi(pe) : 3;
+                    const CUtensorMapL2promotion l2p = promo == 0 ? CU_TENSOR_MAP_L2_PROMOTION_NONE : promo == 1 ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
+                                                      : promo == 2 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+                    std::vector<CUtensorMap> tms(copies);
+                    for (int c = 0; c < copies; c++) {
+                        const cuuint64_t dims[3] = {128, pa.uw, (cuuint64_t)pa.blocks * 16};
+                        const cuuint64_t strides[2] = {512, (cuuint64_t)pa.uw * 512};
+                        const cuuint32_t box[3] = {4 * (32 / P), pa.uw, 16 * NB};
+                        const cuuint32_t es[3] = {1, 1, 1};
+                        const CUresult r = enc(&tms[c], CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, W[c], dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                               CU_TENSOR_MAP_SWIZZLE_NONE, l2p, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                        if (r != CUDA_SUCCESS) { printf("cuTensorMapEncodeTiled: error %d\n", (int)r); exit(1); }
+                    }
+                    cudaFuncAttributes pfa; CK(cudaFuncGetAttributes(&pfa, pf));
+                    auto tl = [&](int c) {
+                        proto::Args b = pa; b.w = W[c]; b.scales = S[c];
+                        void* args[2] = {&tms[c], &b};
+                        CK(cudaLaunchKernel(pf, dim3(grid), dim3(32 * nw), args, sm, s));
+                    };
+                    CK(cudaMemsetAsync(y, 0xFF, 4 * ny, s));
+                    tl(0);
+                    CK(cudaStreamSynchronize(s));
+                    std::vector<float> py(ny); CK(cudaMemcpy(py.data(), y, 4 * ny, cudaMemcpyDeviceToHost));
+                    double md = 0, mx = 0; long long bad = 0;
+                    for (long long i = 0; i < ny; i++) {
+                        const double d = fabs((double)py[i] - hy[i]);
+                        if (!(d <= 1e30)) bad++; else if (d > md) md = d;
+                        if (fabs((double)hy[i]) > mx) mx = fabs((double)hy[i]);
+                    }
+                    cudaGraph_t pg; cudaGraphExec_t pge;
+                    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                    for (int c = 0; c < copies; c++) tl(c);
+                    CK(cudaStreamEndCapture(s, &pg)); CK(cudaGraphInstantiate(&pge, pg, 0));
+                    CK(cudaGraphLaunch(pge, s));
+                    std::vector<float> pt;
+                    for (int r = 0; r < 7; r++) {
+                        CK(cudaEventRecord(ev[0], s)); CK(cudaGraphLaunch(pge, s)); CK(cudaEventRecord(ev[1], s)); CK(cudaEventSynchronize(ev[1]));
+                        float ms2; CK(cudaEventElapsedTime(&ms2, ev[0], ev[1])); pt.push_back(ms2);
+                    }
+                    const double pms = median(pt), pgbs = copies * (double)per / (pms * 1e-3) / 1e9;
+                    printf("%-8s %-14s rows %d tma P %u NB %u BS %u D %u diag %u promo %d W %2u grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
+                           variant, name, rows, P, NB, BS, RD, DG, promo, nw, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
+                    fflush(stdout);
+                    CK(cudaGraphExecDestroy(pge)); CK(cudaGraphDestroy(pg));
+                    CK(cudaFree(pa.scratch)); CK(cudaFree(pa.counters));
+                    continue;
+                }
                 // "wP:NB[:D:W]": blm_ws2 with a ring of D steps (default 4) and W warps (default 16).
                 unsigned P = 0, NB = 0, RD = 4, RW = 16;
                 if (sscanf(tok + (tok[0] == 'm' || tok[0] == 'r' || tok[0] == 'w' || tok[0] == 's'), "%u:%u:%u:%u", &P, &NB, &RD, &RW) < 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;

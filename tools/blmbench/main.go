@@ -7,9 +7,10 @@
 // kernel variants are timed in one device call against the read bandwidth measured by the same
 // binary. With PROTO set, the harness also times the prototype kernels of proto.cuh (embedded
 // too) on the same bytes: the barrier-free blm_ws ("P:NB"), the row-order ring blm_ws2
-// ("wP:NB[:D:W]"), its stream-K split ("sP:1:D:W"), and the loads alone in fragment or row
-// order ("mP:NB", "rP:NB"), each against the generated kernel's outputs and time.
-// docs/performance.md §3 reports its numbers (§3.3g the prototypes').
+// ("wP:NB[:D:W]"), its stream-K split ("sP:1:D:W"), the loads alone in fragment or row
+// order ("mP:NB", "rP:NB") and the bulk-tensor-copy kernel blm_tma ("tP:NB:BS[:D[:DIAG]]";
+// TMA_PROMO picks its tensor maps' L2 promotion), each against the generated kernel's outputs
+// and time. docs/performance.md §3 reports its numbers (§3.3g, §3.3h the prototypes').
 //
 //	go run ./tools/blmbench -o DIR
 package main

@@ -37,6 +37,9 @@ struct Args {
     u32* counters;    // [ntasks], zero between launches
     u32 rows, n, k, uw, stripe, payload, blocks, ldx, ldy, epi, parts;
     u32 smax;  // blm_ws2 with SK: scratch slots per (part, block) ([P, blocks, smax, 128])
+    u32 depth; // blm_tma: stages in the ring
+    u32 diag;  // blm_tma diagnostics: 1 no decode/MMA (data path alone), 2 no reduction across warps and parts,
+               // 4 waits with a back-off, 8 (P 1) one 1-D bulk copy per stage
 };
 
 // Codes per 16-byte word and MMAs per word (m16n8k16, four K slots per lane).
@@ -511,5 +514,338 @@ inline const void* Pick(int fm, int nb) {
     }
     return nullptr;
 }
+
+// ---- blm_tma: the weights through the tensor memory accelerator, the activations in registers.
+//
+// A threadgroup works on one part of K (S = 32/P whole stripes, as blm_ws) and on stages of NB
+// consecutive blocks of that part (stage i of part p: threadgroup i mod G of the part's G, in
+// order). One thread copies each stage with a single cp.async.bulk.tensor (a 3-D tensor map
+// over the matrix: [rows][unit words][128 u32], box [16·NB rows][all UW words][S·4 u32]:
+// the part's stripes of every word of every row, block scales included) into a ring of D
+// stages in shared memory, completed on an mbarrier per stage; no other thread issues a load
+// of weights. Warp w owns quad-steps w, w + NW, … (Q of them) of the part for the whole kernel
+// and holds their split activations in registers (built once from x, 48 registers per lane),
+// so the only shared-memory reads per stage are the weights themselves (lane (g, q): rows g,
+// g+8 of each block at stripe 4·(t mod SQ) + q, word t / SQ) and their block scales. After a
+// stage the warps' partial sums meet in shared memory, are added in warp order, and leave for
+// the scratch buffer; the last of the P parts of a stage adds the parts in part order (as
+// blm_ws). So each output's summation order depends only on the shape, P, NB, Q and NW.
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, u32 parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n"
+        "TMA_WAIT_%=:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        " @!p bra TMA_WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ bool mbar_try(unsigned long long* bar, u32 parity) {
+    u32 ok;
+    asm volatile(
+        "{\n .reg .pred p;\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+    return ok != 0u;
+}
+// bulk_load: a 1-D bulk copy of n bytes (a multiple of 16) completing on bar.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 n, unsigned long long* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(n), "r"(smem_u32(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_load3(void* dst, const CUtensorMap* tm, int c0, int c1, int c2, unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_u32(dst)),
+        "l"((unsigned long long)tm), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+        : "memory");
+}
+
+// tma_x builds lane (g, q)'s split activations of quad-step t of the part (word t / SQ, stripe
+// s0 + 4·(t mod SQ) + q, token g) in the order blm_qstep reads them (stage()'s mapping).
+template <int FM, int SQ>
+__device__ __forceinline__ void tma_x(const Args& a, u32* X, u32 t, u32 nqs, u32 s0, u32 g, u32 q) {
+    constexpr u32 EPW = F<FM>::epw, NWD = 6u * F<FM>::mpw;
+#pragma unroll
+    for (u32 i = 0; i < NWD; ++i) X[i] = 0u;
+    const u32 j = t / SQ, s = s0 + 4u * (t % SQ) + q;
+    const bool ok = t < nqs && g < a.rows;
+#pragma unroll
+    for (u32 e = 0; e < EPW; ++e) {
+        const u32 c = j * EPW + e, col = s * a.stripe + c;
+        const float v = (ok && c < a.stripe && col < a.k) ? a.x[g * a.ldx + col] : 0.0f;
+        const u32 uv = __float_as_uint(v);
+        const float r = v - __uint_as_float(uv & 0xFFFF0000u);
+        const u32 ur = __float_as_uint(r);
+        const float lo = r - __uint_as_float(ur & 0xFFFF0000u);
+        const u32 pc[3] = {uv >> 16, ur >> 16, __float_as_uint(lo) >> 16};
+        u32 mi, b, half;
+        slot<FM>(e, mi, b, half);
+#pragma unroll
+        for (u32 k = 0; k < 3u; ++k) X[mi * 6u + 2u * k + b] |= pc[k] << (16u * half);
+    }
+}
+
+// tma_qstep: blm_qstep's decode and MMAs (group-aligned NVFP4 scales) for NB blocks whose unit
+// words cA/cB (rows g, g+8) and scale pairs cS were read from shared memory, with the split
+// activations X in registers (u32 word 12k + w is blm_qstep's xr[(3k + w/4)·32] component w%4).
+template <int FM, int NB>
+__device__ __forceinline__ void tma_qstep(float (*acc)[4], const uint4* cA, const uint4* cB, const u32* cS, const u32* X) {
+    constexpr u32 nu = FM == 1 ? 4u : FM == 2 ? 2u : 1u;
+    u32 SAlo[NB], SAhi[NB], SBlo[NB], SBhi[NB];
+    if (FM == 1) {
+#pragma unroll
+        for (u32 b = 0; b < NB; ++b) {
+            const u32 a0 = lk::blm_scale2(cS[b] & 0xFFFFu), b0 = lk::blm_scale2(cS[b] >> 16);
+            SAlo[b] = (a0 & 0xFFFFu) | (a0 << 16); SAhi[b] = (a0 >> 16) | (a0 & 0xFFFF0000u);
+            SBlo[b] = (b0 & 0xFFFFu) | (b0 << 16); SBhi[b] = (b0 >> 16) | (b0 & 0xFFFF0000u);
+        }
+    }
+#pragma unroll
+    for (u32 k = 0; k < nu; ++k) {
+#pragma unroll
+        for (u32 h = 0; h < 2u; ++h) {
+            const u32* x = X + 12u * k;
+            const u32 bh0 = h == 0u ? x[0] : x[6], bh1 = h == 0u ? x[1] : x[7];
+            const u32 bm0 = h == 0u ? x[2] : x[8], bm1 = h == 0u ? x[3] : x[9];
+            const u32 bl0 = h == 0u ? x[4] : x[10], bl1 = h == 0u ? x[5] : x[11];
+#pragma unroll
+            for (u32 b = 0; b < NB; ++b) {
+                u32 a0, a1, a2, a3;
+                if (FM == 1) {
+                    const u32 vA = lk::blm_word(cA[b], k), vB = lk::blm_word(cB[b], k);
+                    const u32 sa = k < 2u ? SAlo[b] : SAhi[b], sb = k < 2u ? SBlo[b] : SBhi[b];
+                    a0 = lk::bf16x2_mul(lk::blm_e2m1x2(vA, 2u * h), sa); a1 = lk::bf16x2_mul(lk::blm_e2m1x2(vB, 2u * h), sb);
+                    a2 = lk::bf16x2_mul(lk::blm_e2m1x2(vA, 2u * h + 1u), sa); a3 = lk::bf16x2_mul(lk::blm_e2m1x2(vB, 2u * h + 1u), sb);
+                } else if (FM == 2) {
+                    const u32 wd = 2u * k + h;
+                    const u32 vA = lk::blm_word(cA[b], wd), vB = lk::blm_word(cB[b], wd);
+                    a0 = lk::bf16x2_mul(lk::blm_e4m3x2(vA, 0u), 0x7B807B80u); a1 = lk::bf16x2_mul(lk::blm_e4m3x2(vB, 0u), 0x7B807B80u);
+                    a2 = lk::bf16x2_mul(lk::blm_e4m3x2(vA, 1u), 0x7B807B80u); a3 = lk::bf16x2_mul(lk::blm_e4m3x2(vB, 1u), 0x7B807B80u);
+                } else {
+                    a0 = h == 0u ? cA[b].x : cA[b].z; a1 = h == 0u ? cB[b].x : cB[b].z;
+                    a2 = h == 0u ? cA[b].y : cA[b].w; a3 = h == 0u ? cB[b].y : cB[b].w;
+                }
+                lk::blm_mma(acc[b], a0, a1, a2, a3, bh0, bh1, 0u);
+                lk::blm_mma(acc[b], a0, a1, a2, a3, bm0, bm1, 0u);
+                lk::blm_mma(acc[b], a0, a1, a2, a3, bl0, bl1, 0u);
+            }
+        }
+    }
+}
+
+// finish_all: finish's work done by every thread of the threadgroup, the P parts' loads of an
+// output issued together.
+template <int FM, int P>
+__device__ __forceinline__ void finish_all(const Args& a, u32 b0, u32 nb) {
+    const float af = FM == 1 ? 256.0f : 1.0f;
+    const u32 per = a.epi == 2u ? 8u : 16u;
+    for (u32 idx = threadIdx.x; idx < nb * per * a.rows; idx += blockDim.x) {
+        const u32 i = idx % per, t = (idx / per) % a.rows, lb = idx / (per * a.rows);
+        const u32 blk = b0 + lb;
+        if (blk >= a.blocks) continue;
+        const u32 n = blk * 16u + i;
+        float vs[P], us[P];
+#pragma unroll
+        for (u32 pp = 0; pp < (u32)P; ++pp) {
+            const float* sp = a.scratch + ((size_t)pp * a.blocks + blk) * 128u;
+            vs[pp] = __ldcg(sp + i * 8u + t);
+            us[pp] = a.epi == 2u ? __ldcg(sp + (i + 8u) * 8u + t) : 0.0f;
+        }
+        float v = 0.0f, up = 0.0f;
+#pragma unroll
+        for (u32 pp = 0; pp < (u32)P; ++pp) { v += vs[pp]; up += us[pp]; }
+        if (a.epi == 2u) {
+            if (n + 8u < a.n) {
+                const float gate = v * af * a.scales[n];
+                a.y[t * a.ldy + blk * 8u + i] = lk::silu(gate) * (up * af * a.scales[n + 8u]);
+            }
+        } else if (n < a.n) {
+            const float r = v * af * a.scales[n];
+            if (a.epi == 1u) a.y[t * a.ldy + n] += r;
+            else a.y[t * a.ldy + n] = r;
+        }
+    }
+}
+
+// TmaSmem: blm_tma's dynamic shared memory: D stages, the partial sums of the nwq quad-step
+// owners, D mbarriers and a flag.
+inline size_t TmaSmem(u32 parts, u32 uw, u32 nb, u32 d, u32 nwq) {
+    const size_t stage = (size_t)16u * nb * uw * (32u / parts) * 16u;
+    return d * stage + (size_t)nwq * nb * 512u + 8u * d + 16u;
+}
+
+// blm_tma<FM, NBW, BS, Q, PP, MAXW>: stages of NB = NBW·BS blocks; NWQ = ⌈quad-steps / Q⌉ quad-step
+// owners, BS warps per owner (warp w: owner w mod NWQ, blocks b ≡ w / NWQ mod BS of the stage).
+template <int FM, int NBW, int BS, int Q, int PP, int MAXW>
+__global__ void __launch_bounds__(MAXW * 32, 1) blm_tma(const __grid_constant__ CUtensorMap tm, Args a) {
+    extern __shared__ __align__(128) unsigned char tsm[];
+    constexpr u32 P = PP, S = 32u / P, SQ = S / 4u, NWD = 6u * F<FM>::mpw, NB = NBW * BS;
+    if (a.parts != P) return;
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, NWQ = (blockDim.x >> 5) / BS;
+    const u32 qw = warp % NWQ, bs = warp / NWQ;
+    const u32 p = blockIdx.x % P, ci = blockIdx.x / P, G = gridDim.x / P;
+    const u32 s0 = p * S, UWp = (a.payload + 15u) >> 4, UW = a.uw, D = a.depth;
+    const u32 nqs = UWp * SQ;
+    const u32 rowBytes = 16u * S * UW, stageBytes = rowBytes * 16u * NB;
+    float* red = (float*)(tsm + D * stageBytes);  // [NWQ][NB][128]
+    unsigned long long* full = (unsigned long long*)(red + NWQ * NB * 128u);
+    volatile u32* flag = (volatile u32*)(full + D);
+    const u32 nst = (a.blocks + NB - 1u) / NB;
+    const u32 mine = ci < nst ? (nst - ci + G - 1u) / G : 0u;
+    // issue(n, d): stage n of this threadgroup into buffer d (diag 8, P 1: one 1-D bulk copy of
+    // the stage's contiguous NB blocks, clamped to the matrix).
+    auto issue = [&](u32 n, u32 d) {
+        const u32 st_ = ci + n * G;
+        if ((a.diag & 8u) && P == 1u) {
+            const u32 bb = 16u * UW * 512u, nb_ = min(NB, a.blocks - st_ * NB);
+            mbar_expect_tx(full + d, nb_ * bb);
+            bulk_load(tsm + d * stageBytes, a.w + (size_t)st_ * NB * bb, nb_ * bb, full + d);
+        } else {
+            mbar_expect_tx(full + d, stageBytes);
+            tma_load3(tsm + d * stageBytes, &tm, (int)(s0 * 4u), 0, (int)(st_ * NB * 16u), full + d);
+        }
+    };
+    if (threadIdx.x == 0u) {
+        for (u32 d = 0; d < D; ++d) mbar_init(full + d, 1u);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0u) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"((unsigned long long)&tm) : "memory");
+        for (u32 n = 0; n < D && n < mine; ++n) issue(n, n);
+    }
+    const u32 g = lane >> 2, q = lane & 3u;
+    u32 X[Q][NWD];
+#pragma unroll
+    for (u32 i = 0; i < (u32)Q; ++i) tma_x<FM, SQ>(a, X[i], qw + i * NWQ, nqs, s0, g, q);
+    for (u32 n = 0; n < mine; ++n) {
+        const u32 d = n % D, st = ci + n * G;
+        const unsigned char* buf = tsm + d * stageBytes;
+        float acc[NBW][4];
+#pragma unroll
+        for (u32 b = 0; b < (u32)NBW; ++b) acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0.0f;
+        if (a.diag & 4u) {
+            while (!mbar_try(full + d, (n / D) & 1u)) __nanosleep(64);
+        } else {
+            mbar_wait(full + d, (n / D) & 1u);
+        }
+        if (!(a.diag & 1u)) {
+#pragma unroll
+            for (u32 i = 0; i < (u32)Q; ++i) {
+                const u32 t = qw + i * NWQ;
+                if (t >= nqs) break;
+                const u32 j = t / SQ, sl = 4u * (t % SQ) + q;
+                uint4 cA[NBW], cB[NBW];
+                u32 cS[NBW];
+#pragma unroll
+                for (u32 b = 0; b < (u32)NBW; ++b) {
+                    const unsigned char* ra = buf + ((bs + b * BS) * 16u + g) * rowBytes + sl * 16u;
+                    const unsigned char* rb = ra + 8u * rowBytes;
+                    cA[b] = *(const uint4*)(ra + j * 16u * S);
+                    cB[b] = *(const uint4*)(rb + j * 16u * S);
+                    if (FM == 1) {
+                        const u32 sbi = a.payload + 2u * j, so = (sbi >> 4) * 16u * S + (sbi & 15u);
+                        cS[b] = (u32)(*(const unsigned short*)(ra + so)) | ((u32)(*(const unsigned short*)(rb + so)) << 16);
+                    } else {
+                        cS[b] = 0u;
+                    }
+                }
+                tma_qstep<FM, NBW>(acc, cA, cB, cS, X[i]);
+            }
+        } else {
+            // The data path alone: every lane still reads its words of the stage.
+            u32 f = 0u;
+#pragma unroll
+            for (u32 i = 0; i < (u32)Q; ++i) {
+                const u32 t = qw + i * NWQ;
+                if (t >= nqs) break;
+                const u32 j = t / SQ, sl = 4u * (t % SQ) + q;
+#pragma unroll
+                for (u32 b = 0; b < (u32)NBW; ++b) {
+                    const unsigned char* ra = buf + ((bs + b * BS) * 16u + g) * rowBytes + sl * 16u + j * 16u * S;
+                    const uint4 v0 = *(const uint4*)ra, v1 = *(const uint4*)(ra + 8u * rowBytes);
+                    f ^= v0.x ^ v0.w ^ v1.y ^ v1.z;
+                }
+            }
+            acc[0][0] = (float)(f & 1u);
+        }
+        if (a.diag & 2u) {
+            __syncthreads();
+            if (threadIdx.x == 0u && n + D < mine) {
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                issue(n + D, d);
+            }
+            if (acc[0][0] == 12345.0f) a.y[0] = acc[0][1];
+            continue;
+        }
+#pragma unroll
+        for (u32 b = 0; b < (u32)NBW; ++b) {
+            float* r = red + (qw * NB + bs + b * BS) * 128u;
+            r[g * 8u + 2u * q] = acc[b][0]; r[g * 8u + 2u * q + 1u] = acc[b][1];
+            r[(g + 8u) * 8u + 2u * q] = acc[b][2]; r[(g + 8u) * 8u + 2u * q + 1u] = acc[b][3];
+        }
+        __syncthreads();  // every warp is done with stage buffer d and has left its sums
+        if (threadIdx.x == 0u && n + D < mine) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            issue(n + D, d);
+        }
+        for (u32 idx = threadIdx.x; idx < NB * 128u; idx += blockDim.x) {
+            const u32 b = idx >> 7, blk = st * NB + b;
+            if (blk >= a.blocks) continue;
+            float v = 0.0f;
+            for (u32 w = 0; w < NWQ; ++w) v += red[(w * NB + b) * 128u + (idx & 127u)];
+            a.scratch[((size_t)p * a.blocks + blk) * 128u + (idx & 127u)] = v;
+        }
+        __threadfence();
+        __syncthreads();  // the sums are read and out
+        if (threadIdx.x == 0u) {
+            const u32 old = atomicAdd(a.counters + st, 1u);
+            *flag = old == P - 1u ? 1u : 0u;
+            if (old == P - 1u) a.counters[st] = 0u;
+        }
+        __syncthreads();
+        if (*flag) {
+            __threadfence();
+            finish_all<FM, PP>(a, st * NB, NB);
+        }
+    }
+}
+
+// PickT: blm_tma for format fm (Q = 1, 2, 4 quad-steps per warp for NVFP4, FP8, BF16: 48
+// registers of activations), NB blocks per stage split among BS warps per quad-step owner, P
+// parts, nwq owners.
+inline const void* PickT(int fm, int nb, int bs, unsigned parts, unsigned nwq) {
+#define PROTO_T(FM_, NBW_, BS_, Q_, PP_, W_)                                                       \
+    if (fm == FM_ && nb == NBW_ * BS_ && bs == BS_ && parts == PP_ && nwq * BS_ <= W_) \
+        return (const void*)blm_tma<FM_, NBW_, BS_, Q_, PP_, W_>;
+    PROTO_T(1, 4, 1, 1, 4, 12)
+    PROTO_T(1, 2, 2, 1, 4, 20)
+    PROTO_T(1, 1, 2, 1, 4, 20)
+    PROTO_T(1, 2, 1, 1, 2, 20)
+    PROTO_T(1, 2, 1, 1, 1, 20)
+    PROTO_T(1, 2, 4, 1, 8, 20)
+    PROTO_T(1, 1, 2, 1, 8, 20)
+    PROTO_T(1, 2, 1, 1, 8, 20)
+    PROTO_T(2, 2, 2, 2, 4, 20)
+    PROTO_T(2, 1, 2, 2, 4, 20)
+    PROTO_T(2, 1, 2, 2, 8, 12)
+    PROTO_T(2, 2, 1, 2, 4, 12)
+    PROTO_T(2, 4, 1, 2, 4, 12)
+    PROTO_T(3, 1, 2, 4, 4, 20)
+    PROTO_T(3, 2, 2, 4, 4, 20)
+#undef PROTO_T
+    return nullptr;
+}
+inline unsigned TmaQ(int fm) { return fm == 1 ? 1u : fm == 2 ? 2u : 4u; }
 
 }  // namespace proto
