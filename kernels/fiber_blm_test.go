@@ -93,9 +93,11 @@ func TestFiberBLMTensorCorePath(t *testing.T) {
 		c := newBLMCase(t, r, sh.f, sh.n, sh.k, sh.lanes, false)
 		// (rows, parts, blocks per simdgroup): each K split, both block counts and each row
 		// count on every shape; the 27B's K once.
-		cases := [][3]int{{1, 4, 1}, {3, 1, 2}, {8, 2, 2}, {8, 4, 1}}
+		// The 16-row kernel (two n-tiles) at 16 rows and at 11 (tokens 11–15 of the second
+		// tile unused).
+		cases := [][3]int{{1, 4, 1}, {3, 1, 2}, {8, 2, 2}, {8, 4, 1}, {16, 4, 2}, {11, 2, 1}}
 		if sh.k > 1024 {
-			cases = [][3]int{{8, 1, 2}}
+			cases = [][3]int{{8, 1, 2}, {16, 4, 2}}
 		}
 		for _, rp := range cases {
 			{
@@ -147,7 +149,7 @@ func TestFiberBLMTensorCoreRowsInvariant(t *testing.T) {
 	for _, f := range []formats.Format{formats.NVFP4, formats.FP8, formats.BF16} {
 		c := newBLMCase(t, r, f, 32, 256, 32, false)
 		k, n := int(c.g.K), int(c.g.N)
-		x := randVec(r, 8*k, 2)
+		x := randVec(r, BLMRowVariants[len(BLMRowVariants)-1]*k, 2)
 		var first []float32
 		for _, v := range BLMRowVariants {
 			for _, rows := range []int{1, v} {

@@ -297,11 +297,14 @@ func entry(t Target, k Kernel) string {
 var blmFormats = []formats.Format{formats.NVFP4, formats.FP8, formats.BF16}
 
 // BLMRowVariants are the activation-row capacities of the BLM matrix kernels: the kernel for
-// r rows computes any 1…r rows (the count may come from a step-state word).
-var BLMRowVariants = []int{1, 2, 4, 8}
+// r rows computes any 1…r rows (the count may come from a step-state word). The 16-row kernel
+// (prefill chunks) runs two n-tiles of 8 tokens over each decoded weight fragment on the
+// tensor-core path; its rows 0–7 are computed by the same MMAs in the same order as the 8-row
+// kernel's (docs/performance.md §3.1).
+var BLMRowVariants = []int{1, 2, 4, 8, 16}
 
 // BLMKernel returns the entry point of the BLM matrix × rows kernel for a format (nvfp4,
-// fp8_e4m3, bf16) and at least rows activation rows (1–8): the smallest variant that holds them.
+// fp8_e4m3, bf16) and at least rows activation rows (1–16): the smallest variant that holds them.
 func BLMKernel(f formats.Format, rows int) (string, error) {
 	fc, ok := blmFormatCode(f)
 	if !ok {

@@ -275,8 +275,8 @@ func NewBLMParams(g blm.Geometry, rows int, epilogue uint32) (BLMParams, error) 
 	if g.TotalBytes >= 1<<32 {
 		return BLMParams{}, fmt.Errorf("kernels: BLM matrix [%d, %d] of %d bytes: the kernels address < 4 GiB", g.N, g.K, g.TotalBytes)
 	}
-	if rows < 1 || rows > 8 {
-		return BLMParams{}, fmt.Errorf("kernels: BLM product of %d rows: want 1 to 8", rows)
+	if maxRows := BLMRowVariants[len(BLMRowVariants)-1]; rows < 1 || rows > maxRows {
+		return BLMParams{}, fmt.Errorf("kernels: BLM product of %d rows: want 1 to %d", rows, maxRows)
 	}
 	p := BLMParams{DoneWord: NoWord, Rows: uint32(rows), RowsWord: NoWord, N: uint32(g.N), K: uint32(g.K),
 		Lanes: uint32(g.Lanes), UnitWords: uint32(g.UnitBytes / blm.WordBytes), Stripe: uint32(g.Stripe),

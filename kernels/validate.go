@@ -241,7 +241,7 @@ func (p RopeScaledParams) Validate() error {
 	return c.err()
 }
 
-// Validate checks the record against the rules of the BLM kernels: Rows 1–8 (the largest
+// Validate checks the record against the rules of the BLM kernels: Rows 1–16 (the largest
 // variant; the kernel named for the record must hold Rows: BLMKernel); N, K, UnitWords ≥ 1;
 // Lanes 2, 4, 8, 16 or 32 (blm.Geometry); Stripe·Lanes ≥ K; Payload ≤ 16·UnitWords; Blocks =
 // ⌈N/16⌉; the matrix, 16·Blocks·Lanes·16·UnitWords bytes, < 4 GiB; Epilogue EpiStore, EpiAdd

@@ -223,7 +223,7 @@ func TestValidateRules(t *testing.T) {
 		{"rope scaled rot past head", RopeScaledParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Heads: 4, HeadDim: 64, RotDim: 128, Ld: 256, Scale: 1}, "RopeScaledParams.RotDim"},
 
 		{"blm ok", bl, ""},
-		{"blm rows 9", mut(bl, func(p *BLMParams) { p.Rows = 9 }), "BLMParams.Rows: is 9, want 1 to 8"},
+		{"blm rows 17", mut(bl, func(p *BLMParams) { p.Rows = 17 }), "BLMParams.Rows: is 17, want 1 to 16"},
 		{"blm rows 0", mut(bl, func(p *BLMParams) { p.Rows = 0 }), "BLMParams.Rows: is 0"},
 		{"blm lanes", mut(bl, func(p *BLMParams) { p.Lanes = 3 }), "BLMParams.Lanes: is 3"},
 		{"blm stripe short", mut(bl, func(p *BLMParams) { p.Stripe = 1 }), "BLMParams.Stripe"},

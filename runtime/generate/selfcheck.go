@@ -54,14 +54,15 @@ const (
 // and selfCheckSteps greedy single-row decode steps, each step's token and logits compared;
 // with a draft head, then selfCheckRounds greedy speculative rounds after the same prefill,
 // their tokens compared with a plain greedy run on the CPU as long as they are. Eleven ids
-// make two prefill chunks on the GPU (at most 8 rows each: runtime/backend/gpu/program.go),
-// an 8-row and a 3-row one, which run the r8 and r4 BLM row variants (kernels.BLMRowVariants);
-// the decode steps run r1, a round of block B runs the variant holding B+1 rows.
+// make one prefill chunk on the GPU (at most 16 rows: runtime/backend/gpu/program.go), which
+// runs the r16 BLM row variant (kernels.BLMRowVariants; before the 16-row kernels, an 8-row
+// and a 3-row chunk); the decode steps run r1, a round of block B runs the variant holding B+1
+// rows (r8 for B = 7). The goldens of the tests are this prompt's.
 const (
 	selfCheckPrompt  = 11
 	selfCheckSteps   = 4
 	selfCheckRounds  = 3
-	selfCheckVersion = 2 // bump when the check or the key changes: older verdicts are then not used
+	selfCheckVersion = 3 // bump when the check or the key changes: older verdicts are then not used
 )
 
 // selfCheckMode returns the mode of opt ("" → $LITHOS_SELFCHECK). Errors: a value that is not

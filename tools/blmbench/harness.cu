@@ -167,10 +167,11 @@ int main(int argc, char** argv) {
         CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
         // PROTO="P:NB ..." (parts:blocks per task): the prototype kernel on the same bytes, its
         // largest difference from the generated kernel's outputs relative to their largest
-        // magnitude, and its time over the same copies.
+        // magnitude, and its time over the same copies (8 rows at most: the prototypes have one
+        // n-tile).
         const char* protos = getenv("PROTO");
         const int fm = strstr(kname, "nvfp4") ? 1 : strstr(kname, "fp8") ? 2 : strstr(kname, "bf16") ? 3 : 0;
-        if (protos && fm && rec.size() >= 17 && rec[5] == 32 && (fm != 1 || (rec[9] == 16 && rec[7] % 16 == 0))) {
+        if (protos && fm && rec.size() >= 17 && rec[1] <= 8 && rec[5] == 32 && (fm != 1 || (rec[9] == 16 && rec[7] % 16 == 0))) {
             char buf[256]; snprintf(buf, sizeof buf, "%s", protos);
             for (char* tok = strtok(buf, " ,"); tok; tok = strtok(nullptr, " ,")) {
                 if (tok[0] == 't') {

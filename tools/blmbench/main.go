@@ -62,7 +62,7 @@ var shapes = []shape{
 
 func main() {
 	out := flag.String("o", "blmbench", "output directory")
-	splits := flag.Bool("splits", false, "also every other work split (1 and 8 rows)")
+	splits := flag.Bool("splits", false, "also every other work split (1, 8 and 16 rows)")
 	clusters := flag.String("clusters", "", "also these cluster sizes (comma-separated, e.g. 2,4,8: K split across the threadgroups of a cluster) for every split timed")
 	flag.Parse()
 	var cls []uint32
@@ -94,7 +94,7 @@ func write(dir string, allSplits bool, clusters []uint32) error {
 		if err != nil {
 			return fmt.Errorf("shape %s: %w", sh.name, err)
 		}
-		for _, rows := range []int{1, 8} {
+		for _, rows := range []int{1, 8, 16} {
 			p0, err := kernels.NewBLMParams(g, rows, sh.epi)
 			if err != nil {
 				return fmt.Errorf("shape %s: %w", sh.name, err)

@@ -28,8 +28,8 @@ func TestWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(cases)), "\n")
-	if want := len(shapes) * 2 * 5 * 2; len(lines) != want {
-		t.Fatalf("%d cases, want %d (each shape: 1 and 8 rows × 5 splits × clusters 1 and 4)", len(lines), want)
+	if want := len(shapes) * 3 * 5 * 2; len(lines) != want {
+		t.Fatalf("%d cases, want %d (each shape: 1, 8 and 16 rows × 5 splits × clusters 1 and 4)", len(lines), want)
 	}
 	for _, l := range lines {
 		f := strings.Fields(l)

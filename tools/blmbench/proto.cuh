@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(256) blm_ws(Args a) {
             const uint4* xr = xs + t * QV * 32u + lane;
 #pragma unroll
             for (u32 b = 0; b + 1u < NB; b += 2u)
-                lk::blm_qstep<FM, 2u, true>(acc[b], acc[b + 1], cA[b], cB[b], cA[b + 1], cB[b + 1], cS[b], cS[b + 1], xr, gn, lane);
-            if (NB & 1u) lk::blm_qstep<FM, 1u, true>(acc[NB - 1], acc[NB - 1], cA[NB - 1], cB[NB - 1], cA[NB - 1], cB[NB - 1], cS[NB - 1], cS[NB - 1], xr, gn, lane);
+                lk::blm_qstep<FM, 2u, true, 1u>(acc[b], acc[b + 1], cA[b], cB[b], cA[b + 1], cB[b + 1], cS[b], cS[b + 1], xr, gn, lane);
+            if (NB & 1u) lk::blm_qstep<FM, 1u, true, 1u>(acc[NB - 1], acc[NB - 1], cA[NB - 1], cB[NB - 1], cA[NB - 1], cB[NB - 1], cS[NB - 1], cS[NB - 1], xr, gn, lane);
 #pragma unroll
             for (u32 b = 0; b < NB; ++b) { cA[b] = nA[b]; cB[b] = nB[b]; cS[b] = nS[b]; }
         }
@@ -346,8 +346,8 @@ __global__ void __launch_bounds__(WARPS * 32) blm_ws2(Args a) {
             const uint4* xr = xs + (j * SQ + u) * QV * 32u + lane;
 #pragma unroll
             for (u32 b = 0; b + 1u < NB; b += 2u)
-                lk::blm_qstep<FM, 2u, true>(acc[b], acc[b + 1], A[b], B[b], A[b + 1], B[b + 1], cS[b][u], cS[b + 1][u], xr, gn, lane);
-            if (NB & 1u) lk::blm_qstep<FM, 1u, true>(acc[NB - 1], acc[NB - 1], A[NB - 1], B[NB - 1], A[NB - 1], B[NB - 1], cS[NB - 1][u], cS[NB - 1][u], xr, gn, lane);
+                lk::blm_qstep<FM, 2u, true, 1u>(acc[b], acc[b + 1], A[b], B[b], A[b + 1], B[b + 1], cS[b][u], cS[b + 1][u], xr, gn, lane);
+            if (NB & 1u) lk::blm_qstep<FM, 1u, true, 1u>(acc[NB - 1], acc[NB - 1], A[NB - 1], B[NB - 1], A[NB - 1], B[NB - 1], cS[NB - 1][u], cS[NB - 1][u], xr, gn, lane);
         }
         __syncwarp();
 #pragma unroll

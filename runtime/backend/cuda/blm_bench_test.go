@@ -22,7 +22,9 @@ import (
 // TestBLMParts: every work split (K in Parts 1, 2, 4; 1 or 2 blocks per simdgroup; and, where
 // the device launches thread-block clusters, K also split across 2, 4 or 8 threadgroups of a
 // cluster) of each format against the CPU backend (tolerance as TestOpBLM), and the tensor-core path's row invariance: row 0 of an 8-row launch equals the
-// 1-row launch of the r1 kernel bit for bit (a verify pass and a decode step agree exactly).
+// 1-row launch of the r1 kernel bit for bit (a verify pass and a decode step agree exactly), and
+// rows 0–7 of a 16-row launch (the r16 kernel's two n-tiles; prefill chunks) equal the 8-row
+// launch's bit for bit.
 func TestBLMParts(t *testing.T) {
 	e := newOpEnv(t, 31)
 	specs := []blm.Spec{
@@ -40,9 +42,9 @@ func TestBLMParts(t *testing.T) {
 		for i := range all {
 			all[i] = int32(i)
 		}
-		x := e.randn(8*k, 1)
+		x := e.randn(16*k, 1)
 		bx := e.f32(x)
-		want, tol := m.ref(t, all, x, 8)
+		want, tol := m.ref(t, all, x, 16)
 		splits := [][3]uint32{{1, 2, 1}, {2, 2, 1}, {4, 2, 1}, {4, 1, 1}, {2, 1, 1}, {1, 1, 1}}
 		if ch := e.clusterChoices(); ch[len(ch)-1] {
 			splits = append(splits, [][3]uint32{{1, 2, 2}, {1, 2, 4}, {1, 2, 8}, {2, 2, 2}, {4, 1, 8}, {4, 2, 8}}...)
@@ -52,8 +54,8 @@ func TestBLMParts(t *testing.T) {
 			name := fmt.Sprintf("%s_%dx%d_L%d/parts%d_wb%d_cl%d", m.g.Format, n, k, m.g.Lanes, parts, wb, cl)
 			t.Run(name, func(t *testing.T) {
 				e.t = t
-				var row0 []float32
-				for _, rows := range []int{1, 8} {
+				var row0, rows8 []float32
+				for _, rows := range []int{1, 8, 16} {
 					kname, _ := kernels.BLMKernel(m.g.Format, rows)
 					rec, err := kernels.NewBLMParams(m.g, rows, kernels.EpiStore)
 					if err != nil {
@@ -64,13 +66,22 @@ func TestBLMParts(t *testing.T) {
 					e.run(kname, rec, rec.Grid(), bw, bs, bx, by)
 					got := e.read(by, rows*n)
 					check(t, fmt.Sprintf("%d rows", rows), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
-					if rows == 1 {
+					switch rows {
+					case 1:
 						row0 = got
 						continue
+					case 8:
+						rows8 = got
+					case 16:
+						for i := range rows8 {
+							if math.Float32bits(got[i]) != math.Float32bits(rows8[i]) {
+								t.Fatalf("the 16-row launch: y[%d, %d] = %g, the 8-row launch gave %g", i/n, i%n, got[i], rows8[i])
+							}
+						}
 					}
 					for i := 0; i < n; i++ {
 						if math.Float32bits(got[i]) != math.Float32bits(row0[i]) {
-							t.Fatalf("row 0 of the 8-row launch: y[%d] = %g, the 1-row launch gave %g", i, got[i], row0[i])
+							t.Fatalf("row 0 of the %d-row launch: y[%d] = %g, the 1-row launch gave %g", rows, i, got[i], row0[i])
 						}
 					}
 				}
@@ -131,17 +142,17 @@ func BenchmarkBLMShapes(b *testing.B) {
 	if err := s.Fill32(ctl, 0, 64, 0); err != nil {
 		b.Fatal(err)
 	}
-	x, err := d.Alloc(8 * 17408 * 4)
+	x, err := d.Alloc(16 * 17408 * 4)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer x.Free()
-	y, err := d.Alloc(8 * 248320 * 4)
+	y, err := d.Alloc(16 * 248320 * 4)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer y.Free()
-	xs := make([]float32, 8*17408)
+	xs := make([]float32, 16*17408)
 	r := rand.New(rand.NewPCG(9, 9))
 	for i := range xs {
 		xs[i] = float32(1+r.Float64()) * float32(1-2*r.IntN(2))
@@ -180,7 +191,7 @@ func BenchmarkBLMShapes(b *testing.B) {
 			b.Fatal(err)
 		}
 		total := int64(copies) * per
-		for _, rows := range []int{1, 8} {
+		for _, rows := range []int{1, 8, 16} {
 			p0, err := kernels.NewBLMParams(g, rows, sh.epi)
 			if err != nil {
 				b.Fatal(err)

@@ -197,7 +197,7 @@ func TestSessionStops(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var sessions [2]backend.Session
 			var toks [2][]int32
-			var prefillSteps [2]uint32 // the GPU prefills in chunks of ≤ 8 rows, the CPU in one step
+			var prefillSteps [2]uint32 // the GPU prefills in chunks of ≤ gpu.MaxStepRows rows, the CPU in one step
 			for i := range 2 {
 				var s backend.Session
 				var err error

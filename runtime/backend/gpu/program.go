@@ -14,9 +14,9 @@ import (
 	"lithos/runtime/model"
 )
 
-// MaxStepRows is the most rows one step program feeds: the BLM kernels take 1–8 activation
-// rows (kernels.BLMRowVariants), so prefill runs in chunks of at most 8 rows on the GPU.
-const MaxStepRows = 8
+// MaxStepRows is the most rows one step program feeds: the BLM kernels take 1–16 activation
+// rows (kernels.BLMRowVariants), so prefill runs in chunks of at most 16 rows on the GPU.
+const MaxStepRows = 16
 
 // AttnPartition is the keys per attention partial (kernels.AttnParams.Part ≤ 128).
 const AttnPartition = 64

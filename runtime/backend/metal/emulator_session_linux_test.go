@@ -117,7 +117,13 @@ func relErr(got, want []float32) float64 {
 // returns the tokens, the last prompt row's logits and the session.
 func emuGenerate(t *testing.T, d *emuDevice, tg *gpu.Target, replay bool, prompt []int32, n int) ([]int32, []float32, *gpu.Session) {
 	t.Helper()
-	opt := backend.SessionOptions{Capacity: len(prompt) + n + 8, Sampling: greedy}
+	return emuGenerateChunks(t, d, tg, replay, prompt, n, 0)
+}
+
+// emuGenerateChunks is emuGenerate with prefill chunks of chunk rows (0: the default).
+func emuGenerateChunks(t *testing.T, d *emuDevice, tg *gpu.Target, replay bool, prompt []int32, n, chunk int) ([]int32, []float32, *gpu.Session) {
+	t.Helper()
+	opt := backend.SessionOptions{Capacity: len(prompt) + n + 8, Sampling: greedy, PrefillChunk: chunk}
 	s, err := tg.NewDeviceSession(opt, replay)
 	if err != nil {
 		t.Fatal(err)
@@ -169,10 +175,11 @@ func cpuGenerate(t *testing.T, b *bundle.Bundle, opt backend.SessionOptions, pro
 
 // TestEmulatedSession: golden model b (layers GDN, attention, GDN, attention; vocabulary 608)
 // through gpu.Load over the emulated Metal device — weights in windows of the address table,
-// every program recorded into a Plan and executed from it — prefills the 11-token prompt (two
-// programs of ≤ 8 rows) and decodes greedily, one replay per token: the last prompt row's
+// every program recorded into a Plan and executed from it — prefills the 11-token prompt (one
+// program of 11 rows: the 16-row BLM kernels) and decodes greedily, one replay per token: the last prompt row's
 // logits within 1e-4 relative of transformers' (the CUDA session tests' bound), the 32 tokens
-// equal transformers' greedy tokens and the CPU backend's. Then the same generation with ICBs of at most 7
+// equal transformers' greedy tokens and the CPU backend's. Prefilled in chunks of 4 rows (three
+// programs, the 4-row kernels) the logits are the same bit for bit. Then the same generation with ICBs of at most 7
 // commands (Recorder.MaxCommands) and BarrierHazards: every plan cut into many chunks, the
 // logits bit for bit and the tokens the same; and 8 tokens with direct launches (no plans).
 func TestEmulatedSession(t *testing.T) {
@@ -222,8 +229,28 @@ func TestEmulatedSession(t *testing.T) {
 			t.Errorf("no plan ran %s", k)
 		}
 	}
-	if d.replays < 2+n-1 || d.commands < d.replays*10 {
+	if d.replays < 1+n-1 || d.commands < d.replays*10 {
 		t.Fatalf("%d replays of %d commands: the programs did not run from plans", d.replays, d.commands)
+	}
+	if !hasPrefix(kinds, "lithos_blm_nvfp4_r16") {
+		t.Errorf("the 11-row prefill did not run the 16-row BLM kernels: %v", slices.Sorted(maps.Keys(kinds)))
+	}
+
+	// Prefill chunks of 4 rows: rows go through other BLM variants and several programs (the
+	// GDN state and KV cache carried between them); every row's products are the same MMAs in
+	// the same order, so the logits are the same bit for bit.
+	replays4 := d.replays
+	toks4, logits4, _ := emuGenerateChunks(t, d, tg, true, prompt, n, 4)
+	if got := d.replays - replays4; got != 3+n-1 {
+		t.Fatalf("prefill in chunks of 4: %d replays, want %d", got, 3+n-1)
+	}
+	if !slices.Equal(toks4, toks) {
+		t.Fatalf("prefill in chunks of 4: tokens %v, want %v", toks4, toks)
+	}
+	for i := range logits {
+		if math.Float32bits(logits4[i]) != math.Float32bits(logits[i]) {
+			t.Fatalf("prefill in chunks of 4: logit %d is %v, was %v", i, logits4[i], logits[i])
+		}
 	}
 
 	// ICBs of at most 7 commands, barriers only at hazards (and each ICB's first command).
