@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -142,7 +143,9 @@ func TestFiberBLMTensorCorePath(t *testing.T) {
 
 // TestFiberBLMTensorCoreRowsInvariant: on the tensor-core path a row's result does not depend
 // on how many rows the launch has or which kernel variant runs it (bit for bit), so a verify
-// pass over 8 rows and a plain decode step of 1 row give the same logits for the same input.
+// pass over 8 rows and a plain decode step of 1 row give the same logits for the same input;
+// nor on its n-tile: a 16-row launch whose rows 8–15 repeat rows 0–7 gives them the same
+// results bit for bit.
 func TestFiberBLMTensorCoreRowsInvariant(t *testing.T) {
 	exe := mmaFiberExe(t)
 	r := rand.New(rand.NewPCG(23, 24))
@@ -170,14 +173,34 @@ func TestFiberBLMTensorCoreRowsInvariant(t *testing.T) {
 				}
 			}
 		}
+		kern, _ := BLMKernel(f, 16)
+		p, err := NewBLMParams(c.g, 16, EpiStore)
+		if err != nil {
+			t.Fatal(err)
+		}
+		twice := append(slices.Clone(x[:8*k]), x[:8*k]...)
+		got := runBLM(t, exe, kern, p, c, twice, 16, n, nil)
+		for i := range 8 * n {
+			if math.Float32bits(got[8*n+i]) != math.Float32bits(got[i]) {
+				t.Fatalf("%s: r16, rows 8–15 = rows 0–7: y[%d, %d] = %g, y[%d, %d] = %g", f, 8+i/n, i%n, got[8*n+i], i/n, i%n, got[i])
+			}
+		}
 	}
 }
 
+// TestFiberBLMTensorCoreEpilogues: the add and SwiGLU epilogues on the tensor-core path, with
+// one n-tile (r4, 3 rows) and two (r16, 13 rows: the second tile's partial sums and the
+// SwiGLU's up rows i + 8 read from the tile layout).
 func TestFiberBLMTensorCoreEpilogues(t *testing.T) {
 	exe := mmaFiberExe(t)
 	r := rand.New(rand.NewPCG(25, 26))
-	const rows = 3
 	c := newBLMCase(t, r, formats.NVFP4, 48, 512, 0, true)
+	for _, vr := range [][2]int{{4, 3}, {16, 13}} {
+		t.Run(fmt.Sprintf("r%d_rows%d", vr[0], vr[1]), func(t *testing.T) { blmEpilogues(t, exe, r, c, vr[0], vr[1]) })
+	}
+}
+
+func blmEpilogues(t *testing.T, exe string, r *rand.Rand, c blmCase, variant, rows int) {
 	k, n := int(c.g.K), int(c.g.N)
 	x := randVec(r, rows*k, 1)
 	m, _ := c.ref.All()
@@ -186,7 +209,7 @@ func TestFiberBLMTensorCoreEpilogues(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := c.bound(x, rows)
-	kern, _ := BLMKernel(formats.NVFP4, 4)
+	kern, _ := BLMKernel(formats.NVFP4, variant)
 	t.Run("add", func(t *testing.T) {
 		res := randVec(r, rows*n, 3)
 		p, _ := NewBLMParams(c.g, rows, EpiAdd)

@@ -289,7 +289,7 @@ func TestFiberBLM(t *testing.T) {
 	}
 	for _, sh := range shapes {
 		c := newBLMCase(t, r, sh.f, sh.n, sh.k, sh.lanes, false)
-		for _, rows := range []int{1, 3, 8} {
+		for _, rows := range []int{1, 3, 8, 11, 16} {
 			name := fmt.Sprintf("%s_%dx%d_L%d_rows%d", sh.f, sh.n, sh.k, c.g.Lanes, rows)
 			t.Run(name, func(t *testing.T) {
 				k, n := int(sh.k), int(sh.n)
@@ -329,10 +329,17 @@ func TestFiberBLM(t *testing.T) {
 	}
 }
 
+// TestFiberBLMEpilogues: the add and SwiGLU epilogues on the scalar (Metal) path, at 2 rows
+// (r2) and at 13 (r16: the partial sums of tokens 8–12 in the second tile's layout).
 func TestFiberBLMEpilogues(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
-	const rows = 2
 	c := newBLMCase(t, r, formats.NVFP4, 48, 512, 0, true) // gate/up interleaved: 24 + 24 rows
+	for _, rows := range []int{2, 13} {
+		t.Run(fmt.Sprintf("rows%d", rows), func(t *testing.T) { blmScalarEpilogues(t, r, c, rows) })
+	}
+}
+
+func blmScalarEpilogues(t *testing.T, r *rand.Rand, c blmCase, rows int) {
 	k, n := int(c.g.K), int(c.g.N)
 	x := randVec(r, rows*k, 1)
 	m, _ := c.ref.All()

@@ -118,6 +118,7 @@ struct Runtime {
     };
     std::vector<TgArray> tg_arrays;
     size_t tg_used = 0;
+    size_t tg_static = 0;  // bytes of the static arrays (not LITHOS_TG_DYN_ARRAY)
 };
 
 static Runtime rt;
@@ -128,6 +129,12 @@ static Runtime rt;
 #define LITHOS_TG_BYTES 32768
 #endif
 static const size_t kTgBytes = LITHOS_TG_BYTES;
+// The static arrays' limit: none on Metal (one limit for all threadgroup memory); the CUDA
+// test build sets CUDA's 48 KiB of static shared memory (the rest must be dynamic).
+#ifndef LITHOS_TG_STATIC_BYTES
+#define LITHOS_TG_STATIC_BYTES LITHOS_TG_BYTES
+#endif
+static const size_t kTgStaticBytes = LITHOS_TG_STATIC_BYTES;
 static const uint32_t kTgPoison = 0x7FC0DEADu;  // a quiet NaN as float
 alignas(64) static unsigned char tg_mem[kTgBytes];
 
@@ -257,7 +264,7 @@ __attribute__((noinline)) void simd_exchange(const void* in, void* out, unsigned
 // tg_alloc returns threadgroup array (file, line, name) of the running threadgroup: the same
 // memory for every thread of the group, placed in the arena on its first request (TG_ARRAY in
 // the shim's run mode). The arena is poisoned at the start of every threadgroup.
-void* tg_alloc(size_t bytes, size_t align, const char* file, int line, const char* name) {
+void* tg_alloc(size_t bytes, size_t align, const char* file, int line, const char* name, bool dyn) {
     if (rt.cur < 0) fail("threadgroup array outside a kernel");
     for (const auto& a : rt.tg_arrays)
         if (a.line == line && std::strcmp(a.file, file) == 0 && std::strcmp(a.name, name) == 0) return tg_mem + a.off;
@@ -268,8 +275,15 @@ void* tg_alloc(size_t bytes, size_t align, const char* file, int line, const cha
                       file, line, rt.tg_used, kTgBytes);
         fail(b);
     }
+    if (!dyn && rt.tg_static + bytes > kTgStaticBytes) {
+        char b[512];
+        std::snprintf(b, sizeof b, "static threadgroup array %s (%zu bytes, %s:%d) does not fit: %zu bytes of static arrays already, the limit is %zu",
+                      name, bytes, file, line, rt.tg_static, kTgStaticBytes);
+        fail(b);
+    }
     rt.tg_arrays.push_back(Runtime::TgArray{file, line, name, off});
     rt.tg_used = off + bytes;
+    if (!dyn) rt.tg_static += bytes;
     return tg_mem + off;
 }
 
@@ -324,6 +338,7 @@ static void run_group() {
     for (size_t i = 0; i < kTgBytes; i += 4) std::memcpy(tg_mem + i, &kTgPoison, 4);
     rt.tg_arrays.clear();
     rt.tg_used = 0;
+    rt.tg_static = 0;
     for (unsigned i = 0; i < n; i++) {
         Fiber& f = rt.fibers[i];
         f.stack = stacks[i];

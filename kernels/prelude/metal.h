@@ -45,6 +45,9 @@ typedef float f32;
 // The CUDA path's threadgroup memory (static + the ring's dynamic memory) is allowed up to the
 // H100/H200 limit per block, 227 KiB, in this test build only (the fiber runtime reads it).
 #define LITHOS_TG_BYTES 232448
+// ... of which at most 48 KiB static (CUDA's limit without opt-in; the rest is the launch's
+// dynamic shared memory: TG_DYN_ARRAY).
+#define LITHOS_TG_STATIC_BYTES 49152
 // bf16_bits_to_f32 / f32 → bf16 (round to nearest even; NaN not special-cased: test inputs have none).
 static inline float blm_bf16lo(uint a) { return as_type<float>(a << 16); }
 static inline float blm_bf16hi(uint a) { return as_type<float>(a & 0xFFFF0000u); }
@@ -84,7 +87,11 @@ static inline void blm_cp4(threadgroup void* dst, device const void* src) { *(th
 static inline void blm_cp_commit() {}
 template <int N>
 static inline void blm_cp_wait() {}
+#ifdef LITHOS_TG_DYN_ARRAY
+#define TG_DYN_ARRAY(T, name, n) LITHOS_TG_DYN_ARRAY(T, name, n)
+#else
 #define TG_DYN_ARRAY(T, name, n) TG_ARRAY(T, name, n)
+#endif
 // BLM_ALIGNED16: the pointer is 16-byte aligned (the fiber runtime compiles this as C++).
 #define BLM_ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
 #else

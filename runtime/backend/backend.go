@@ -66,7 +66,7 @@ type Target interface {
 const (
 	DefaultPrefillChunk = 128  // rows per prefill step (lithos-metal.md §6.4's default)
 	DefaultRingCapacity = 4096 // token ring slots (lithos-metal.md §6.3)
-	DecodeRows          = 8    // rows a decode/verify step may take: the anchor and 7 drafts
+	DecodeRows          = 8    // rows of step state reserved for decode/verify: the anchor and 7 drafts (sessions with a larger draft block reserve block + 1)
 )
 
 // SessionOptions are a session's program constants: what a device bakes into its recorded

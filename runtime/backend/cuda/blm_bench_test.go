@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 )
 
 // The BLM matrix kernels (kernels/ops/blm.kern) at the 27B's shapes, per matrix, every format,
-// 1 and 8 rows and every K split (kernels.BLMParams.Parts), against the read bandwidth measured
+// 1, 8 and 16 rows and every K split (kernels.BLMParams.Parts), against the read bandwidth measured
 // in the same run; and their correctness for each K split and row count (TestBLMParts).
 
 // TestBLMParts: every work split (K in Parts 1, 2, 4; 1 or 2 blocks per simdgroup; and, where
@@ -78,6 +79,17 @@ func TestBLMParts(t *testing.T) {
 								t.Fatalf("the 16-row launch: y[%d, %d] = %g, the 8-row launch gave %g", i/n, i%n, got[i], rows8[i])
 							}
 						}
+						// The second n-tile computes as the first: rows 8–15 repeating rows 0–7
+						// give rows 0–7's results.
+						twice := append(slices.Clone(x[:8*k]), x[:8*k]...)
+						by2 := e.poisoned(16 * n)
+						e.run(kname, rec, rec.Grid(), bw, bs, e.f32(twice), by2)
+						got2 := e.read(by2, 16*n)
+						for i := range 8 * n {
+							if math.Float32bits(got2[8*n+i]) != math.Float32bits(rows8[i]) {
+								t.Fatalf("the 16-row launch with rows 8–15 = rows 0–7: y[%d, %d] = %g, the 8-row launch gave %g for row %d", 8+i/n, i%n, got2[8*n+i], rows8[i], i/n)
+							}
+						}
 					}
 					for i := 0; i < n; i++ {
 						if math.Float32bits(got[i]) != math.Float32bits(row0[i]) {
@@ -99,7 +111,7 @@ func f32s(v []float64) []float32 {
 }
 
 // BenchmarkBLMShapes times each of the 27B's matrix shapes alone (its bundle format, and the
-// GDN shapes also in BF16), at 1 and 8 rows with NewBLMParams's work split and, at 8 rows, the
+// GDN shapes also in BF16), at 1, 8 and 16 rows with NewBLMParams's work split and, at 8 rows, the
 // other splits (K parts × blocks per simdgroup): as many copies of the matrix as
 // make ≥ 1 GB (random bytes; the L2 holds 60 MB), launched back to back in one captured graph,
 // median of 7 replays. The read floor is the streaming read bandwidth measured in the same run.

@@ -233,7 +233,7 @@ func TestSessionStops(t *testing.T) {
 			// lithos_step commits nothing (the committed GDN slot is untouched): the positions
 			// differ by that row, the error and the tokens do not.
 			// Steps are compared from the end of the prefill (the GPU's prefill takes
-			// ⌈11/8⌉ = 2 steps, the CPU's one).
+			// ⌈11/gpu.MaxStepRows⌉ steps, the CPU's one).
 			gs, ws := g.Step-prefillSteps[0], w.Step-prefillSteps[1]
 			samePos := g.Position == w.Position && gs == ws
 			if c.name == "ring" {

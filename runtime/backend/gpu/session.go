@@ -156,7 +156,12 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	if maxCap := min(1<<24, 65535*AttnPartition); opt.Capacity > maxCap {
 		return nil, backend.Unsupported(fmt.Errorf("%s: session: context %d is more than the %s kernels take (%d positions: 65535 attention partitions of %d keys, 32-bit offsets)", t.pfx, opt.Capacity, t.Device.Name(), maxCap, AttnPartition))
 	}
+	// The step state's Pending words hold a prefill chunk's tokens or a round's anchor and
+	// drafts (block B + 1 rows, up to MaxStepRows), as the CPU backend's.
 	tmax := max(opt.PrefillChunk, backend.DecodeRows)
+	if dr != nil {
+		tmax = max(tmax, dr.Cfg.BlockSize+1)
+	}
 	words, err := newStepWords(tmax)
 	if err != nil {
 		return nil, err

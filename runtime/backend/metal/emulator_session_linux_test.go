@@ -237,8 +237,9 @@ func TestEmulatedSession(t *testing.T) {
 	}
 
 	// Prefill chunks of 4 rows: rows go through other BLM variants and several programs (the
-	// GDN state and KV cache carried between them); every row's products are the same MMAs in
-	// the same order, so the logits are the same bit for bit.
+	// GDN state and KV cache carried between them); on the scalar path this device runs, each
+	// row's products are summed in the same order whatever the variant, so the logits are the
+	// same bit for bit.
 	replays4 := d.replays
 	toks4, logits4, _ := emuGenerateChunks(t, d, tg, true, prompt, n, 4)
 	if got := d.replays - replays4; got != 3+n-1 {
