@@ -174,6 +174,74 @@ int main(int argc, char** argv) {
         if (protos && fm && rec.size() >= 17 && rec[1] <= 8 && rec[5] == 32 && (fm != 1 || (rec[9] == 16 && rec[7] % 16 == 0))) {
             char buf[256]; snprintf(buf, sizeof buf, "%s", protos);
             for (char* tok = strtok(buf, " ,"); tok; tok = strtok(nullptr, " ,")) {
+                if (tok[0] == 'f') {
+                    // "fP:NB": blm_fm (blm_ws over a fragment-major copy of the weights, made by
+                    // repack_fm before the timing), P parts, NB blocks per task.
+                    unsigned P = 0, NB = 0;
+                    if (sscanf(tok + 1, "%u:%u", &P, &NB) < 2 || (P != 1 && P != 2 && P != 4 && P != 8)) continue;
+                    const void* pf = proto::PickFm(fm, (int)NB);
+                    if (!pf) { printf("%-8s %-14s rows %d %s: no such instantiation\n", variant, name, rows, tok); continue; }
+                    proto::Args pa = {};
+                    pa.scales = S[0]; pa.x = x; pa.y = y;
+                    pa.rows = rec[1]; pa.n = rec[3]; pa.k = rec[4]; pa.uw = rec[6]; pa.stripe = rec[7]; pa.payload = rec[8];
+                    pa.blocks = rec[10]; pa.ldx = rec[11]; pa.ldy = rec[12]; pa.epi = rec[13]; pa.parts = P; pa.smax = 1;
+                    const size_t sm = proto::Smem(fm, P, pa.payload);
+                    if (sm > 227 * 1024) { printf("%-8s %-14s rows %d %s: %zu bytes of shared memory\n", variant, name, rows, tok, sm); continue; }
+                    CK(cudaFuncSetAttribute(pf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+                    int occ = 0; CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pf, 256, sm));
+                    if (occ == 0) { printf("%-8s %-14s rows %d %s: does not fit\n", variant, name, rows, tok); continue; }
+                    const unsigned ntasks = (pa.blocks + NB - 1) / NB;
+                    unsigned grid = prop.multiProcessorCount * occ / P * P;
+                    const unsigned need = (ntasks + 7) / 8 * P;
+                    if (grid > need) grid = need;
+                    CK(cudaMalloc(&pa.scratch, (size_t)4 * P * pa.blocks * 128)); CK(cudaMalloc(&pa.counters, 4 * (ntasks > pa.blocks ? ntasks : pa.blocks)));
+                    CK(cudaMemsetAsync(pa.counters, 0, 4 * (ntasks > pa.blocks ? ntasks : pa.blocks), s));
+                    const size_t rb = proto::FmBytes(pa.blocks, P, pa.payload), rsw = proto::FmScaleWords(pa.blocks, P, pa.payload);
+                    std::vector<unsigned char*> RW(copies); std::vector<unsigned*> RSc(copies);
+                    const void* rp = proto::PickRepack(fm);
+                    for (int c = 0; c < copies; c++) {
+                        CK(cudaMalloc(&RW[c], rb)); CK(cudaMalloc(&RSc[c], 4 * rsw));
+                        proto::Args b = pa; b.w = W[c];
+                        unsigned char* r0 = RW[c]; unsigned* r1 = RSc[c];
+                        void* args[3] = {&b, &r0, &r1};
+                        CK(cudaLaunchKernel(rp, dim3(prop.multiProcessorCount * 4), dim3(256), args, 0, s));
+                    }
+                    CK(cudaStreamSynchronize(s));
+                    cudaFuncAttributes pfa; CK(cudaFuncGetAttributes(&pfa, pf));
+                    auto fl = [&](int c) {
+                        proto::Args b = pa; b.w = W[c]; b.scales = S[c]; b.rw = RW[c]; b.rs = RSc[c];
+                        void* args[1] = {&b};
+                        CK(cudaLaunchKernel(pf, dim3(grid), dim3(256), args, sm, s));
+                    };
+                    CK(cudaMemsetAsync(y, 0xFF, 4 * ny, s));
+                    fl(0);
+                    CK(cudaStreamSynchronize(s));
+                    std::vector<float> py(ny); CK(cudaMemcpy(py.data(), y, 4 * ny, cudaMemcpyDeviceToHost));
+                    double md = 0, mx = 0; long long bad = 0;
+                    for (long long i = 0; i < ny; i++) {
+                        const double d = fabs((double)py[i] - hy[i]);
+                        if (!(d <= 1e30)) bad++; else if (d > md) md = d;
+                        if (fabs((double)hy[i]) > mx) mx = fabs((double)hy[i]);
+                    }
+                    cudaGraph_t pg; cudaGraphExec_t pge;
+                    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                    for (int c = 0; c < copies; c++) fl(c);
+                    CK(cudaStreamEndCapture(s, &pg)); CK(cudaGraphInstantiate(&pge, pg, 0));
+                    CK(cudaGraphLaunch(pge, s));
+                    std::vector<float> pt;
+                    for (int r = 0; r < 7; r++) {
+                        CK(cudaEventRecord(ev[0], s)); CK(cudaGraphLaunch(pge, s)); CK(cudaEventRecord(ev[1], s)); CK(cudaEventSynchronize(ev[1]));
+                        float ms2; CK(cudaEventElapsedTime(&ms2, ev[0], ev[1])); pt.push_back(ms2);
+                    }
+                    const double pms = median(pt), pgbs = copies * (double)per / (pms * 1e-3) / 1e9;
+                    printf("%-8s %-14s rows %d fm P %u NB %u grid %5u occ %d regs %3d smem %6zu: %8.1f us/matrix %6.0f GB/s = %.3f x floor (%.2fx base)  maxdiff %.2e of %.2e%s\n",
+                           variant, name, rows, P, NB, grid, occ, pfa.numRegs, sm, pms * 1e3 / copies, pgbs, pgbs / floor_gbs, ms / pms, md / (mx > 0 ? mx : 1), mx, bad ? " NONFINITE" : "");
+                    fflush(stdout);
+                    CK(cudaGraphExecDestroy(pge)); CK(cudaGraphDestroy(pg));
+                    for (int c = 0; c < copies; c++) { CK(cudaFree(RW[c])); CK(cudaFree(RSc[c])); }
+                    CK(cudaFree(pa.scratch)); CK(cudaFree(pa.counters));
+                    continue;
+                }
                 if (tok[0] == 't') {
                     // "tP:NB:BS[:D[:DIAG]]": blm_tma with P parts, NB blocks per stage split among BS
                     // warps per quad-step owner, D stages (0 or none: the most, up to 8, that fit in

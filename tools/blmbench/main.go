@@ -8,9 +8,10 @@
 // binary. With PROTO set, the harness also times the prototype kernels of proto.cuh (embedded
 // too) on the same bytes: the barrier-free blm_ws ("P:NB"), the row-order ring blm_ws2
 // ("wP:NB[:D:W]"), its stream-K split ("sP:1:D:W"), the loads alone in fragment or row
-// order ("mP:NB", "rP:NB") and the bulk-tensor-copy kernel blm_tma ("tP:NB:BS[:D[:DIAG]]";
-// TMA_PROMO picks its tensor maps' L2 promotion), each against the generated kernel's outputs
-// and time. docs/performance.md §3 reports its numbers (§3.3g, §3.3h the prototypes').
+// order ("mP:NB", "rP:NB"), the bulk-tensor-copy kernel blm_tma ("tP:NB:BS[:D[:DIAG]]";
+// TMA_PROMO picks its tensor maps' L2 promotion) and blm_ws over a fragment-major copy of the
+// weights ("fP:NB"), each against the generated kernel's outputs and time (8 rows at most).
+// docs/performance.md §3 reports its numbers (§3.3g–i the prototypes').
 //
 //	go run ./tools/blmbench -o DIR
 package main

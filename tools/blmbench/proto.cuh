@@ -38,6 +38,8 @@ struct Args {
     u32 rows, n, k, uw, stripe, payload, blocks, ldx, ldy, epi, parts;
     u32 smax;  // blm_ws2 with SK: scratch slots per (part, block) ([P, blocks, smax, 128])
     u32 depth; // blm_tma: stages in the ring
+    const unsigned char* rw;  // blm_fm: the weights repacked fragment-major (repack_fm)
+    const u32* rs;            // blm_fm: the block-scale pairs repacked (NVFP4)
     u32 diag;  // blm_tma diagnostics: 1 no decode/MMA (data path alone), 2 no reduction across warps and parts,
                // 4 waits with a back-off, 8 (P 1) one 1-D bulk copy per stage
 };
@@ -225,6 +227,129 @@ __global__ void __launch_bounds__(256) blm_ws(Args a) {
 }
 
 inline size_t Smem(int fm, u32 parts, u32 payload);
+
+// ---- blm_fm: blm_ws reading a fragment-major copy of the weights (§3.3h).
+//
+// repack_fm writes, for each block, part p and quad-step t of the part (word t / SQ, stripes
+// s0 + 4·(t mod SQ) + q), the 16-byte unit words every lane (g, q) of blm_ws loads — row g,
+// then row g + 8 — as two 512-byte runs in lane order, and (NVFP4) the lane's block-scale pair
+// (rows g | g+8 << 16) as one 128-byte run: so each load instruction of the kernel reads 512
+// (or 128) contiguous bytes instead of eight 64-byte pieces a row apart. The runtime would
+// do this once, at upload. blm_fm is blm_ws with those loads; decode, MMAs, staging, the work
+// split and the part sums are blm_ws's, so its outputs are blm_ws's bit for bit.
+template <int FM>
+__global__ void repack_fm(Args a, unsigned char* R, u32* RS) {
+    const u32 P = a.parts, S = 32u / P, SQ = S / 4u, UWp = (a.payload + 15u) >> 4, T = UWp * SQ;
+    const size_t BB = 16u * a.uw * 512u, n16 = (size_t)a.blocks * P * T * 64u;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16; i += (size_t)gridDim.x * blockDim.x) {
+        const u32 lane = (u32)(i & 31u), h = (u32)((i >> 5) & 1u);
+        const size_t qs = i >> 6;  // (block·P + p)·T + t
+        const u32 t = (u32)(qs % T), p = (u32)((qs / T) % P);
+        const size_t blk = qs / ((size_t)T * P);
+        const u32 g = lane >> 2, q = lane & 3u, j = t / SQ, st = p * S + 4u * (t % SQ) + q;
+        const unsigned char* base = a.w + blk * BB + (size_t)g * a.uw * 512u;
+        *(uint4*)(R + i * 16u) = *(const uint4*)(base + (size_t)h * 8u * a.uw * 512u + j * 512u + st * 16u);
+        if (FM == 1 && h == 0u) {
+            const u32 sbi = a.payload + 2u * j, so = ((sbi >> 4) * 32u + st) * 16u + (sbi & 15u);
+            RS[qs * 32u + lane] = (u32)(*(const unsigned short*)(base + so)) | ((u32)(*(const unsigned short*)(base + 8u * a.uw * 512u + so)) << 16);
+        }
+    }
+}
+
+__device__ __forceinline__ u32 ldg1(const u32* p) {
+    u32 v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+template <int FM, int NB>
+__global__ void __launch_bounds__(256) blm_fm(Args a) {
+    extern __shared__ __align__(16) uint4 xs[];
+    constexpr u32 QV = 6u * F<FM>::mpw / 4u;
+    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const u32 P = a.parts, S = 32u / P;
+    const u32 p = blockIdx.x % P, ci = blockIdx.x / P, cpp = gridDim.x / P;
+    const u32 s0 = p * S;
+    const u32 UWp = (a.payload + 15u) >> 4;
+    const u32 T = (S / 4u) * UWp;
+    stage<FM>(a, xs, S, s0, UWp);
+    const u32 g = lane >> 2, q = lane & 3u;
+    const u32 ntasks = (a.blocks + NB - 1u) / NB;
+    lk::blm_gen gn;
+    gn.uA0 = a.w; gn.uB0 = a.w; gn.uA1 = a.w; gn.uB1 = a.w;
+    gn.cs = 0u; gn.payload = a.payload; gn.group = 16u; gn.g0 = 0u; gn.ubytes = a.uw * 16u;
+    for (u32 task = ci * 8u + warp; task < ntasks; task += cpp * 8u) {
+        const u32 b0 = task * NB;
+        bool ok[NB];
+#pragma unroll
+        for (u32 b = 0; b < NB; ++b) ok[b] = b0 + b < a.blocks;
+        float acc[NB][4];
+#pragma unroll
+        for (u32 b = 0; b < NB; ++b) acc[b][0] = acc[b][1] = acc[b][2] = acc[b][3] = 0.0f;
+        uint4 cA[NB], cB[NB], nA[NB], nB[NB];
+        u32 cS[NB], nS[NB];
+#define FM_LOAD(tt, A, B, Sc)                                                                        \
+    {                                                                                                \
+        _Pragma("unroll") for (u32 b = 0; b < NB; ++b) {                                             \
+            if (ok[b]) {                                                                             \
+                const size_t qs_ = ((size_t)(b0 + b) * P + p) * T + (tt);                            \
+                A[b] = ldg4(a.rw + (qs_ * 2u) * 512u + lane * 16u);                                  \
+                B[b] = ldg4(a.rw + (qs_ * 2u + 1u) * 512u + lane * 16u);                             \
+                Sc[b] = FM == 1 ? ldg1(a.rs + qs_ * 32u + lane) : 0u;                                \
+            } else {                                                                                 \
+                A[b] = make_uint4(0u, 0u, 0u, 0u); B[b] = A[b]; Sc[b] = 0u;                        \
+            }                                                                                        \
+        }                                                                                            \
+    }
+        FM_LOAD(0u, cA, cB, cS)
+        for (u32 t = 0; t < T; ++t) {
+            if (t + 1u < T) FM_LOAD(t + 1u, nA, nB, nS)
+            const uint4* xr = xs + t * QV * 32u + lane;
+#pragma unroll
+            for (u32 b = 0; b + 1u < NB; b += 2u)
+                lk::blm_qstep<FM, 2u, true, 1u>(acc[b], acc[b + 1], cA[b], cB[b], cA[b + 1], cB[b + 1], cS[b], cS[b + 1], xr, gn, lane);
+            if (NB & 1u) lk::blm_qstep<FM, 1u, true, 1u>(acc[NB - 1], acc[NB - 1], cA[NB - 1], cB[NB - 1], cA[NB - 1], cB[NB - 1], cS[NB - 1], cS[NB - 1], xr, gn, lane);
+#pragma unroll
+            for (u32 b = 0; b < NB; ++b) { cA[b] = nA[b]; cB[b] = nB[b]; cS[b] = nS[b]; }
+        }
+#undef FM_LOAD
+#pragma unroll
+        for (u32 b = 0; b < NB; ++b) {
+            if (!ok[b]) continue;
+            float* sp = a.scratch + ((size_t)p * a.blocks + b0 + b) * 128u;
+            sp[g * 8u + 2u * q] = acc[b][0]; sp[g * 8u + 2u * q + 1u] = acc[b][1];
+            sp[(g + 8u) * 8u + 2u * q] = acc[b][2]; sp[(g + 8u) * 8u + 2u * q + 1u] = acc[b][3];
+        }
+        __threadfence();
+        __syncwarp();
+        u32 old = 0u;
+        if (lane == 0u) old = atomicAdd(a.counters + task, 1u);
+        old = __shfl_sync(0xFFFFFFFFu, old, 0);
+        if (old != P - 1u) continue;
+        __threadfence();
+        if (lane == 0u) a.counters[task] = 0u;
+        finish<FM>(a, b0, NB, P, 1u, 1u, lane);
+    }
+}
+
+// FmBytes: the repacked weights (and scale pairs) of a matrix with P parts.
+inline size_t FmBytes(u32 blocks, u32 parts, u32 payload) { return (size_t)blocks * parts * ((32u / parts / 4u) * ((payload + 15u) >> 4)) * 1024u; }
+inline size_t FmScaleWords(u32 blocks, u32 parts, u32 payload) { return (size_t)blocks * parts * ((32u / parts / 4u) * ((payload + 15u) >> 4)) * 32u; }
+inline const void* PickFm(int fm, int nb) {
+    switch (fm * 10 + nb) {
+    case 11: return (const void*)blm_fm<1, 1>;
+    case 12: return (const void*)blm_fm<1, 2>;
+    case 14: return (const void*)blm_fm<1, 4>;
+    case 21: return (const void*)blm_fm<2, 1>;
+    case 22: return (const void*)blm_fm<2, 2>;
+    case 24: return (const void*)blm_fm<2, 4>;
+    case 31: return (const void*)blm_fm<3, 1>;
+    case 32: return (const void*)blm_fm<3, 2>;
+    case 34: return (const void*)blm_fm<3, 4>;
+    }
+    return nullptr;
+}
+inline const void* PickRepack(int fm) { return fm == 1 ? (const void*)repack_fm<1> : fm == 2 ? (const void*)repack_fm<2> : (const void*)repack_fm<3>; }
 
 // blm_ws2: blm_ws with the weights streamed in row order through a shared-memory ring per
 // warp (§3.3g): a step is one unit word j of the task's NB blocks over the part's S stripes
