@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -126,6 +127,30 @@ func TestFiberBLMTensorCorePath(t *testing.T) {
 					}
 					p.Parts, p.WarpBlocks = parts, wb
 					got := runBLM(t, exe, kern, p, c, x, rows, n, nil)
+					// The fragment-major copy (BLMFragmentMajor, in a buffer of the BLM bytes'
+					// size as the runtime would keep it): the same MMAs in the same order, so
+					// the same results bit for bit.
+					if fm, err := BLMFragmentMajor(c.g, c.packed); err == nil {
+						cf := c
+						cf.packed = append(fm, make([]byte, len(c.packed)-len(fm))...)
+						pf := p
+						pf.Layout = BLMLayoutFragment
+						if err := pf.Validate(); err != nil {
+							t.Fatal(err)
+						}
+						kf, err := BLMKernelLayout(sh.f, rows, BLMLayoutFragment)
+						if err != nil {
+							t.Fatal(err)
+						}
+						gotF := runBLM(t, exe, kf, pf, cf, x, rows, n, nil)
+						for i := range got {
+							if math.Float32bits(gotF[i]) != math.Float32bits(got[i]) {
+								t.Fatalf("fragment-major copy: y[%d, %d] = %g, the BLM layout gave %g", i/n, i%n, gotF[i], got[i])
+							}
+						}
+					} else if sh.f != formats.NVFP4 || c.g.GroupSize == 16 && c.g.Stripe%16 == 0 {
+						t.Fatalf("no fragment-major copy: %v", err)
+					}
 					worst := 0.0
 					for i := range want {
 						d := math.Abs(float64(got[i]) - float64(want[i]))
@@ -238,4 +263,61 @@ func blmEpilogues(t *testing.T, exe string, r *rand.Rand, c blmCase, variant, ro
 			}
 		}
 	})
+}
+
+// TestFiberBLMLayoutGuard: a kernel given a record whose layout it cannot read — the
+// fragment-major kernel on the scalar (Metal) path or for NVFP4 whose stripes start inside a
+// group, or a kernel of the other layout than the record's — reports GuardBLMLayout (Error
+// word, Done word) and leaves y as it was; BLMFragmentMajor and Validate refuse the NVFP4 case.
+func TestFiberBLMLayoutGuard(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	const doneW = 10
+	for _, cse := range []struct {
+		name           string
+		exe            string
+		f              formats.Format
+		n, k           int64
+		aligned        bool
+		kernel, record uint32
+	}{
+		{"scalar path", generatedFiber(t), formats.FP8, 32, 256, true, BLMLayoutFragment, BLMLayoutFragment},
+		{"tensor-core, stripes inside groups", mmaFiberExe(t), formats.NVFP4, 20, 48, false, BLMLayoutFragment, BLMLayoutFragment},
+		{"BLM kernel, fragment-major record", mmaFiberExe(t), formats.BF16, 32, 256, true, BLMLayoutBLM, BLMLayoutFragment},
+		{"fragment-major kernel, BLM record", mmaFiberExe(t), formats.BF16, 32, 256, true, BLMLayoutFragment, BLMLayoutBLM},
+	} {
+		t.Run(cse.name, func(t *testing.T) {
+			c := newBLMCase(t, r, cse.f, cse.n, cse.k, 0, false)
+			_, err := BLMFragmentMajor(c.g, c.packed)
+			if (err == nil) != cse.aligned {
+				t.Fatalf("BLMFragmentMajor: %v", err)
+			}
+			const rows = 3
+			k, n := int(c.g.K), int(c.g.N)
+			x := randVec(r, rows*k, 1)
+			kern, err := BLMKernelLayout(cse.f, rows, cse.kernel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := NewBLMParams(c.g, rows, EpiStore)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.DoneWord, p.Layout = doneW, cse.record
+			if err := p.Validate(); (err == nil) != (cse.aligned || cse.record == BLMLayoutBLM) {
+				t.Fatalf("Validate: %v", err)
+			}
+			var j job
+			ctlB := j.buf(make([]byte, 256))
+			y := j.buf(canary(4 * rows * n))
+			j.launch(t, kern, p.Grid(), ctlB, j.buf(Record(p)), j.buf(c.packed), j.f32(c.scales), j.f32(x), y)
+			res := j.mustRun(t)
+			ctl := bytesU32(res[ctlB])
+			if ctl[doneW] != 1 || ctl[doneW+1] != GuardBLMLayout {
+				t.Fatalf("Done %d, Error %d: want 1, GuardBLMLayout (%d)", ctl[doneW], ctl[doneW+1], GuardBLMLayout)
+			}
+			if !bytes.Equal(res[y], canary(4*rows*n)) {
+				t.Fatalf("y was written")
+			}
+		})
+	}
 }

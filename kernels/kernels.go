@@ -304,18 +304,36 @@ var blmFormats = []formats.Format{formats.NVFP4, formats.FP8, formats.BF16}
 var BLMRowVariants = []int{1, 2, 4, 8, 16}
 
 // BLMKernel returns the entry point of the BLM matrix × rows kernel for a format (nvfp4,
-// fp8_e4m3, bf16) and at least rows activation rows (1–16): the smallest variant that holds them.
+// fp8_e4m3, bf16) and at least rows activation rows (1–16): the smallest variant that holds
+// them, reading the BLM layout.
 func BLMKernel(f formats.Format, rows int) (string, error) {
+	return BLMKernelLayout(f, rows, BLMLayoutBLM)
+}
+
+// BLMKernelLayout is BLMKernel for the weights in layout (BLMParams.Layout): lithos_blm_* for
+// the BLM layout, lithos_blmf_* for the fragment-major copy (BLMFragmentMajor; the layout is
+// compiled into the kernel, so that neither carries the other's registers).
+func BLMKernelLayout(f formats.Format, rows int, layout uint32) (string, error) {
 	fc, ok := blmFormatCode(f)
 	if !ok {
 		return "", fmt.Errorf("kernels: no BLM kernel for format %s (have nvfp4, fp8_e4m3, bf16)", f)
 	}
+	if layout != BLMLayoutBLM && layout != BLMLayoutFragment {
+		return "", fmt.Errorf("kernels: BLM kernel for layout %d: want BLMLayoutBLM or BLMLayoutFragment", layout)
+	}
 	for _, r := range BLMRowVariants {
 		if rows >= 1 && rows <= r {
-			return fmt.Sprintf("lithos_blm_%s_r%d", fc, r), nil
+			return blmKernelName(fc, r, layout), nil
 		}
 	}
 	return "", fmt.Errorf("kernels: BLM kernel for %d rows: want 1 to %d", rows, BLMRowVariants[len(BLMRowVariants)-1])
+}
+
+func blmKernelName(fc string, rows int, layout uint32) string {
+	if layout == BLMLayoutFragment {
+		return fmt.Sprintf("lithos_blmf_%s_r%d", fc, rows)
+	}
+	return fmt.Sprintf("lithos_blm_%s_r%d", fc, rows)
 }
 
 func blmFormatCode(f formats.Format) (string, bool) {
@@ -343,12 +361,15 @@ func buildRegistry() []Kernel {
 		Buffers: []Buffer{f32("a", false), f32("b", false), f32("y", true)}})
 	ks = append(ks, Kernel{Name: "lithos_rope", Op: "rope", Threads: 128, Params: RopeParams{},
 		Buffers: []Buffer{f32("x", true), weight("inv_freq", "f32")}})
-	for _, f := range blmFormats {
-		fc, _ := blmFormatCode(f)
-		for _, r := range BLMRowVariants {
-			ks = append(ks, Kernel{Name: fmt.Sprintf("lithos_blm_%s_r%d", fc, r), Op: "blm", Threads: BLMThreads,
-				Params: BLMParams{}, Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "ROWS": fmt.Sprint(r)}, Shared: BLMRingBytes, CtlRW: true,
-				Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true)}})
+	for _, layout := range []uint32{BLMLayoutBLM, BLMLayoutFragment} {
+		for _, f := range blmFormats {
+			fc, _ := blmFormatCode(f)
+			for _, r := range BLMRowVariants {
+				ks = append(ks, Kernel{Name: blmKernelName(fc, r, layout), Op: "blm", Threads: BLMThreads,
+					Params: BLMParams{}, Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "ROWS": fmt.Sprint(r), "LAYOUT": fmt.Sprint(layout)},
+					Shared: BLMRingBytes, CtlRW: true,
+					Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true)}})
+			}
 		}
 	}
 	ks = append(ks, Kernel{Name: "lithos_argmax_partial", Op: "argmax_partial", Threads: 256, Params: ArgmaxParams{},

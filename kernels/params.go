@@ -245,7 +245,18 @@ type BLMParams struct {
 	// cluster (at most BLMMaxClusters); kernels without clusters (Metal, CUDA before sm_90)
 	// compute a record with more as if it had 1, on the grid's first threadgroups only.
 	Clusters uint32
+	// Layout is how w holds the matrix: BLMLayoutBLM (docs/blm.md) or BLMLayoutFragment (the
+	// copy BLMFragmentMajor makes, which only the tensor-core path with the weight ring reads;
+	// NVFP4 with stripes of whole 16-column groups only). A kernel that cannot read the record's
+	// layout writes nothing and reports GuardBLMLayout.
+	Layout uint32
 }
+
+// BLMParams.Layout values.
+const (
+	BLMLayoutBLM      = 0 // the BLM layout of docs/blm.md §5 (the bundle's)
+	BLMLayoutFragment = 1 // fragment-major: BLMFragmentMajor
+)
 
 // BLMMaxClusters is the largest BLMParams.Clusters: the portable cluster size of CUDA.
 const BLMMaxClusters = 8

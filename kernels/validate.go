@@ -22,9 +22,10 @@ import (
 //     code. The control kernels (lithos_step, lithos_round) write their WError / WDone words;
 //     the other kernels write ctl[DoneWord + 1] and ctl[DoneWord] (runtime/backend.StepState
 //     keeps Error right after Done; kernels/validate_test.go checks that layout). A record
-//     with DoneWord = NoWord has nowhere to report: its guard only returns. One guard is about
+//     with DoneWord = NoWord has nowhere to report: its guard only returns. Two guards are about
 //     the launch rather than the step state: a BLM kernel launched in clusters of another size
-//     than its record's Clusters (GuardBLMCluster).
+//     than its record's Clusters (GuardBLMCluster), or given a weight layout it cannot read
+//     (GuardBLMLayout).
 //
 // The index rule: the kernels compute element offsets in u32 (r·ld + column), so for every
 // buffer the largest offset, (rows − 1)·ld + width − 1, must be < 2³²; byte offsets likewise
@@ -61,6 +62,10 @@ const (
 	// record's Clusters (rec.ClusterDims()), so its threadgroups could not add their K parts:
 	// it writes nothing.
 	GuardBLMCluster = 23
+	// GuardBLMLayout: a BLM kernel was given a record whose Layout it cannot read (the
+	// fragment-major copy on the scalar path, without the weight ring, or for NVFP4 stripes
+	// that start inside a group): it writes nothing.
+	GuardBLMLayout = 24
 )
 
 // maxGridYZ and maxGridX are CUDA's grid limits (stricter than Metal's).
@@ -297,6 +302,18 @@ func (p BLMParams) Validate() error {
 	}
 	if p.Parts != 0 && p.Parts <= BLMThreads/32 && p.WarpBlocks != 0 && p.Clusters <= BLMMaxClusters {
 		c.grid(p.Grid(), [3]string{"Blocks", "", ""})
+	}
+	switch p.Layout {
+	case BLMLayoutBLM:
+	case BLMLayoutFragment:
+		if BLMRing == 0 {
+			c.failf("Layout", "is BLMLayoutFragment, which the kernels read only through the weight ring (BLMRing is 0)")
+		}
+		if p.Group != 0 && (p.Group != 16 || p.Stripe%16 != 0) {
+			c.failf("Layout", "is BLMLayoutFragment with group %d and stripe %d: NVFP4 stripes must be whole 16-column groups", p.Group, p.Stripe)
+		}
+	default:
+		c.failf("Layout", "is %d, want BLMLayoutBLM (0) or BLMLayoutFragment (1)", p.Layout)
 	}
 	return c.err()
 }

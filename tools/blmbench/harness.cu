@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
             float ms; CK(cudaEventElapsedTime(&ms, ev[0], ev[1])); t.push_back(ms);
         }
         const double ms = median(t), gbs = copies * (double)per / (ms * 1e-3) / 1e9;
-        printf("%-8s %-14s rows %d parts %d wb %d cl %d%s grid %6u regs %3d smem %6d: %3d x %6.1f MB %8.1f us/matrix %6.0f GB/s = %.3f x floor  y#%016llx\n",
-               variant, name, rows, parts, wb, cl, mark[0] == 'd' ? "d" : " ", gridx, fa.numRegs, (int)fa.sharedSizeBytes + dyn, copies, per / 1e6, ms * 1e3 / copies, gbs, gbs / floor_gbs, h);
+        printf("%-8s %-14s rows %d parts %d wb %d cl %d%-2s grid %6u regs %3d smem %6d: %3d x %6.1f MB %8.1f us/matrix %6.0f GB/s = %.3f x floor  y#%016llx\n",
+               variant, name, rows, parts, wb, cl, mark[0] == '-' ? "  " : mark, gridx, fa.numRegs, (int)fa.sharedSizeBytes + dyn, copies, per / 1e6, ms * 1e3 / copies, gbs, gbs / floor_gbs, h);
         fflush(stdout);
         CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g));
         // PROTO="P:NB ..." (parts:blocks per task): the prototype kernel on the same bytes, its

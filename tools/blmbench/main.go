@@ -65,6 +65,7 @@ func main() {
 	out := flag.String("o", "blmbench", "output directory")
 	splits := flag.Bool("splits", false, "also every other work split (1, 8 and 16 rows)")
 	clusters := flag.String("clusters", "", "also these cluster sizes (comma-separated, e.g. 2,4,8: K split across the threadgroups of a cluster) for every split timed")
+	fragment := flag.Bool("fragment", false, "also every split timed with the weights in the fragment-major layout (BLMParams.Layout 1; mark f; the harness's random bytes are read as that layout)")
 	flag.Parse()
 	var cls []uint32
 	for _, f := range strings.Split(*clusters, ",") {
@@ -78,13 +79,13 @@ func main() {
 		}
 		cls = append(cls, c)
 	}
-	if err := write(*out, *splits, cls); err != nil {
+	if err := write(*out, *splits, cls, *fragment); err != nil {
 		fmt.Fprintln(os.Stderr, "blmbench:", err)
 		os.Exit(1)
 	}
 }
 
-func write(dir string, allSplits bool, clusters []uint32) error {
+func write(dir string, allSplits bool, clusters []uint32, fragment bool) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -120,22 +121,31 @@ func write(dir string, allSplits bool, clusters []uint32) error {
 					}
 				}
 			}
-			for i, sp := range splits {
-				p := p0
-				p.Parts, p.WarpBlocks, p.Clusters = sp[0], sp[1], sp[2]
-				mark := ""
-				if i == 0 {
-					mark = "d"
+			layouts := []uint32{kernels.BLMLayoutBLM}
+			if fragment && (g.Format != formats.NVFP4 || g.GroupSize == 16 && g.Stripe%16 == 0) {
+				layouts = append(layouts, kernels.BLMLayoutFragment)
+			}
+			for _, lay := range layouts {
+				for i, sp := range splits {
+					p := p0
+					p.Parts, p.WarpBlocks, p.Clusters, p.Layout = sp[0], sp[1], sp[2], lay
+					mark := ""
+					if i == 0 {
+						mark = "d"
+					}
+					if lay == kernels.BLMLayoutFragment {
+						mark += "f"
+					}
+					ny := int64(p.LdY)
+					// name kernel rows parts wb clusters mark grid weight_bytes table_rows x_floats y_floats record...
+					fmt.Fprintf(&cases, "%s %s %d %d %d %d %s %d %d %d %d %d", sh.name, kname, rows, p.Parts, p.WarpBlocks, p.Clusters, orDash(mark),
+						p.Grid()[0], g.TotalBytes, g.Blocks*int64(g.Rows), int64(rows)*g.K, int64(rows)*ny)
+					rec := kernels.Record(p)
+					for i := 0; i+4 <= len(rec); i += 4 {
+						fmt.Fprintf(&cases, " %d", binary.LittleEndian.Uint32(rec[i:]))
+					}
+					cases.WriteByte('\n')
 				}
-				ny := int64(p.LdY)
-				// name kernel rows parts wb clusters mark grid weight_bytes table_rows x_floats y_floats record...
-				fmt.Fprintf(&cases, "%s %s %d %d %d %d %s %d %d %d %d %d", sh.name, kname, rows, p.Parts, p.WarpBlocks, p.Clusters, orDash(mark),
-					p.Grid()[0], g.TotalBytes, g.Blocks*int64(g.Rows), int64(rows)*g.K, int64(rows)*ny)
-				rec := kernels.Record(p)
-				for i := 0; i+4 <= len(rec); i += 4 {
-					fmt.Fprintf(&cases, " %d", binary.LittleEndian.Uint32(rec[i:]))
-				}
-				cases.WriteByte('\n')
 			}
 		}
 	}

@@ -13,10 +13,11 @@ import (
 
 // TestWrite: every case line names a kernel of the table, carries the record NewBLMParams
 // built (20 words: the BLMParams fields, padded), and its grid is the record's Grid(); with
-// -clusters every split is also written with each cluster size.
+// -clusters every split is also written with each cluster size, with -fragment every line also
+// with Layout 1 (mark f).
 func TestWrite(t *testing.T) {
 	dir := t.TempDir()
-	if err := write(dir, true, []uint32{4}); err != nil {
+	if err := write(dir, true, []uint32{4}, true); err != nil {
 		t.Fatal(err)
 	}
 	table, err := os.ReadFile(filepath.Join(dir, "kernel_table.inc"))
@@ -28,8 +29,8 @@ func TestWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(cases)), "\n")
-	if want := len(shapes) * 3 * 5 * 2; len(lines) != want {
-		t.Fatalf("%d cases, want %d (each shape: 1, 8 and 16 rows × 5 splits × clusters 1 and 4)", len(lines), want)
+	if want := len(shapes) * 3 * 5 * 2 * 2; len(lines) != want {
+		t.Fatalf("%d cases, want %d (each shape: 1, 8 and 16 rows × 5 splits × clusters 1 and 4 × both layouts)", len(lines), want)
 	}
 	for _, l := range lines {
 		f := strings.Fields(l)
@@ -49,7 +50,10 @@ func TestWrite(t *testing.T) {
 			}
 			return uint32(v)
 		}
-		p := kernels.BLMParams{Blocks: w(10), Parts: w(14), WarpBlocks: w(15), Clusters: w(16)}
+		p := kernels.BLMParams{Blocks: w(10), Parts: w(14), WarpBlocks: w(15), Clusters: w(16), Layout: w(17)}
+		if fm := strings.Contains(f[6], "f"); fm != (p.Layout == kernels.BLMLayoutFragment) {
+			t.Fatalf("case %q: mark %s, layout %d", l, f[6], p.Layout)
+		}
 		if got := strconv.Itoa(int(p.Grid()[0])); got != f[7] {
 			t.Fatalf("case %q: grid %s, the record's Grid() is %s", l, f[7], got)
 		}

@@ -88,6 +88,15 @@ type Queue interface {
 	Close() error
 }
 
+// FragmentLayouter is a Device whose BLM kernels read the fragment-major copy of the weights
+// (kernels.BLMFragmentMajor: the tensor-core path, CUDA). Optional: when FragmentLayout is
+// true, LoadTarget rewrites each target matrix that has such a copy in place after the upload
+// and its records and kernels name that layout (Matrix.Layout); the BLM layout otherwise.
+// docs/performance.md §3.3i has the measurements (7–8 % faster 8-row products, 10–21 % 1-row).
+type FragmentLayouter interface {
+	FragmentLayout() bool
+}
+
 // ClusterQueue is a Queue that also launches thread-block clusters (CUDA sm_90): the BLM
 // matrix kernels then split K across the threadgroups of a cluster (kernels.BLMParams
 // WithClusters, ClusterDims). Optional: a Session uses it when its queue implements it and

@@ -356,7 +356,7 @@ func (e *emitter) mm(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uint
 	if e.s.clusters {
 		r = r.WithClusters()
 	}
-	r.DoneWord, r.RowsWord = e.done, rowsWord
+	r.DoneWord, r.RowsWord, r.Layout = e.done, rowsWord, m.Layout
 	if ldx > 0 {
 		r.LdX = uint32(ldx)
 	}

@@ -28,10 +28,16 @@ type Matrix struct {
 	Geometry    blm.Geometry
 	Stack       blm.Stack
 	Ptr, Scales uint64
+	// Layout is how the device holds the packed bytes: kernels.BLMLayoutBLM as in the bundle,
+	// or kernels.BLMLayoutFragment (the fragment-major copy, on devices that read it:
+	// FragmentLayouter), in the same bytes.
+	Layout uint32
 }
 
-// Kernel returns the BLM kernel for rows activation rows of this matrix's format.
-func (m *Matrix) Kernel(rows int) (string, error) { return kernels.BLMKernel(m.Geometry.Format, rows) }
+// Kernel returns the BLM kernel for rows activation rows of this matrix's format and layout.
+func (m *Matrix) Kernel(rows int) (string, error) {
+	return kernels.BLMKernelLayout(m.Geometry.Format, rows, m.Layout)
+}
 
 // Target is a bundle's target model on a GPU (backend.Target): the whole weights.bin uploaded
 // once into one device buffer (the BLM layout used as packed: matrices are addressed at their
@@ -141,6 +147,12 @@ func LoadTarget(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error
 	if t.Upload, err = d.UploadStaged(ctx, t.Weights, b.Weights(), "upload weights"); err != nil {
 		t.Close()
 		return nil, err
+	}
+	if fl, ok := d.(FragmentLayouter); ok && fl.FragmentLayout() {
+		if err := t.repackFragment(ctx, b.Weights()); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
+		}
 	}
 	for _, mx := range t.mats {
 		mx.Ptr += t.Weights.Ptr
@@ -302,3 +314,60 @@ func (t *Target) Close() error {
 // GB = 1e9 bytes): the floor that lithos-run bench compares passes with
 // (generate.BandwidthMeter).
 func (t *Target) ReadBandwidthGBs() (float64, error) { return t.Device.ReadBandwidthGBs() }
+
+// fragmentStage is the pinned staging buffer of repackFragment: 32 MiB.
+const fragmentStage = 32 << 20
+
+// repackFragment rewrites every target matrix that has a fragment-major copy
+// (kernels.BLMFragmentMajor: NVFP4 with stripes of whole groups, FP8, BF16) in place in
+// t.Weights, which holds w (weights.bin) as uploaded, and marks it Layout BLMLayoutFragment;
+// the others keep the BLM layout. One matrix at a time (host memory: one matrix's copy and the
+// staging buffer), through a pinned staging buffer, each chunk awaited. Called before the
+// matrices' Ptr are made device addresses (they are still weights.bin offsets).
+func (t *Target) repackFragment(ctx context.Context, w []byte) error {
+	names := make([]string, 0, len(t.mats))
+	for name := range t.mats {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var q Queue
+	var host *HostBuffer
+	defer func() {
+		if q != nil {
+			q.Close()
+		}
+		if host != nil {
+			host.Free()
+		}
+	}()
+	for _, name := range names {
+		mx := t.mats[name]
+		off := int64(mx.Ptr)
+		fm, err := kernels.BLMFragmentMajor(mx.Geometry, w[off:off+mx.Geometry.TotalBytes])
+		if err != nil {
+			continue // the BLM layout, as stored
+		}
+		if q == nil {
+			if q, err = t.Device.NewQueue(); err != nil {
+				return fmt.Errorf("fragment-major copies: %w", err)
+			}
+			if host, err = t.Device.HostAlloc(fragmentStage, false); err != nil {
+				return fmt.Errorf("fragment-major copies: staging: %w", err)
+			}
+		}
+		for c := 0; c < len(fm); c += fragmentStage {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n := copy(host.Bytes, fm[c:])
+			if err := q.CopyHtoD(t.Weights, off+int64(c), host, 0, int64(n)); err != nil {
+				return fmt.Errorf("tensor %s: fragment-major copy: %w", name, err)
+			}
+			if err := q.Wait(0); err != nil {
+				return fmt.Errorf("tensor %s: fragment-major copy: %w", name, err)
+			}
+		}
+		mx.Layout = kernels.BLMLayoutFragment
+	}
+	return nil
+}
