@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"runtime"
+	"sync"
 
 	"lithos/formats"
 	"lithos/pack/blm"
@@ -39,10 +41,15 @@ func blmQuadSteps(g blm.Geometry) int64 {
 // Lanes·PayloadWords are zeros. Every ring copy of the kernel is then a contiguous run of 512
 // (or 128) bytes instead of eight 64-byte pieces a row apart (docs/performance.md §3.3i).
 //
-// The copy holds the same codes and scales (less the unit padding) and is at most as large as
-// packed. Errors: a format without a tensor-core kernel, NVFP4 whose stripes start inside a
-// group (the kernel reads their scales from the units: GuardBLMLayout), packed of another size.
+// The copy holds the same codes and scales (less the unit padding). Errors: a geometry that
+// fails blm.Geometry.Check, a format without a tensor-core kernel, NVFP4 whose stripes start
+// inside a group (the kernel reads their scales from the units: GuardBLMLayout), a copy larger
+// than packed (NVFP4 with narrow stripes, e.g. 16 or 48 columns: the caller keeps the BLM
+// layout), packed of another size. The blocks are rewritten by up to GOMAXPROCS goroutines.
 func BLMFragmentMajor(g blm.Geometry, packed []byte) ([]byte, error) {
+	if err := g.Check(); err != nil {
+		return nil, fmt.Errorf("kernels: fragment-major copy: %w", err)
+	}
 	if _, ok := blmFormatCode(g.Format); !ok {
 		return nil, fmt.Errorf("kernels: fragment-major copy of a %s matrix: no BLM kernel for the format", g.Format)
 	}
@@ -70,7 +77,7 @@ func BLMFragmentMajor(g blm.Geometry, packed []byte) ([]byte, error) {
 		per += nq * 128
 	}
 	out := make([]byte, size)
-	for b := int64(0); b < g.Blocks; b++ {
+	block := func(b int64) {
 		src := packed[b*blockBytes : (b+1)*blockBytes]
 		dst := out[b*per : (b+1)*per]
 		for u := int64(0); u < nq; u++ {
@@ -95,5 +102,18 @@ func BLMFragmentMajor(g blm.Geometry, packed []byte) ([]byte, error) {
 			}
 		}
 	}
+	workers := int64(min(runtime.GOMAXPROCS(0), 16))
+	workers = max(min(workers, g.Blocks/64), 1)
+	var wg sync.WaitGroup
+	for i := int64(0); i < workers; i++ {
+		wg.Add(1)
+		go func(lo, hi int64) {
+			defer wg.Done()
+			for b := lo; b < hi; b++ {
+				block(b)
+			}
+		}(i*g.Blocks/workers, (i+1)*g.Blocks/workers)
+	}
+	wg.Wait()
 	return out, nil
 }

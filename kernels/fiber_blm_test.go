@@ -310,7 +310,10 @@ func TestFiberBLMLayoutGuard(t *testing.T) {
 			ctlB := j.buf(make([]byte, 256))
 			y := j.buf(canary(4 * rows * n))
 			j.launch(t, kern, p.Grid(), ctlB, j.buf(Record(p)), j.buf(c.packed), j.f32(c.scales), j.f32(x), y)
-			res := j.mustRun(t)
+			res, err := j.runSchedules(t, cse.exe)
+			if err != nil {
+				t.Fatalf("fiber run: %v", err)
+			}
 			ctl := bytesU32(res[ctlB])
 			if ctl[doneW] != 1 || ctl[doneW+1] != GuardBLMLayout {
 				t.Fatalf("Done %d, Error %d: want 1, GuardBLMLayout (%d)", ctl[doneW], ctl[doneW+1], GuardBLMLayout)

@@ -101,11 +101,6 @@ func write(dir string, allSplits bool, clusters []uint32, fragment bool) error {
 			if err != nil {
 				return fmt.Errorf("shape %s: %w", sh.name, err)
 			}
-			kname, err := kernels.BLMKernel(g.Format, rows)
-			if err != nil {
-				return err
-			}
-			names[kname] = true
 			splits := [][3]uint32{{p0.Parts, p0.WarpBlocks, p0.Clusters}}
 			if allSplits {
 				for _, sp := range [][3]uint32{{1, 2, 1}, {2, 2, 1}, {4, 2, 1}, {4, 1, 1}, {2, 1, 1}} {
@@ -126,6 +121,11 @@ func write(dir string, allSplits bool, clusters []uint32, fragment bool) error {
 				layouts = append(layouts, kernels.BLMLayoutFragment)
 			}
 			for _, lay := range layouts {
+				kname, err := kernels.BLMKernelLayout(g.Format, rows, lay)
+				if err != nil {
+					return err
+				}
+				names[kname] = true
 				for i, sp := range splits {
 					p := p0
 					p.Parts, p.WarpBlocks, p.Clusters, p.Layout = sp[0], sp[1], sp[2], lay

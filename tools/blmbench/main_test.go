@@ -51,8 +51,8 @@ func TestWrite(t *testing.T) {
 			return uint32(v)
 		}
 		p := kernels.BLMParams{Blocks: w(10), Parts: w(14), WarpBlocks: w(15), Clusters: w(16), Layout: w(17)}
-		if fm := strings.Contains(f[6], "f"); fm != (p.Layout == kernels.BLMLayoutFragment) {
-			t.Fatalf("case %q: mark %s, layout %d", l, f[6], p.Layout)
+		if fm := strings.Contains(f[6], "f"); fm != (p.Layout == kernels.BLMLayoutFragment) || fm != strings.HasPrefix(f[1], "lithos_blmf_") {
+			t.Fatalf("case %q: mark %s, layout %d, kernel %s", l, f[6], p.Layout, f[1])
 		}
 		if got := strconv.Itoa(int(p.Grid()[0])); got != f[7] {
 			t.Fatalf("case %q: grid %s, the record's Grid() is %s", l, f[7], got)

@@ -41,13 +41,22 @@ func (r *runtimeDevice) HostAlloc(size int64, mapped bool) (*gpu.HostBuffer, err
 // it, so a driver or NVRTC update checks again.
 func (r *runtimeDevice) String() string { return describe(r.d.Info) }
 
-// describe is runtimeDevice.String of a device with info (UsableDevice gives the same).
+// describe is runtimeDevice.String of a device with info (UsableDevice gives the same). The
+// A/B switches that change which kernels run (LITHOS_CUDA_FRAGMENT=0, LITHOS_CUDA_CLUSTERS=0)
+// are part of it, so that a self-check verdict is not reused across them.
 func describe(info Info) string {
 	nv := "unknown"
 	if major, minor, err := NVRTCVersion(); err == nil {
 		nv = fmt.Sprintf("%d.%d", major, minor)
 	}
-	return info.String() + ", NVRTC " + nv
+	s := info.String() + ", NVRTC " + nv
+	if os.Getenv("LITHOS_CUDA_FRAGMENT") == "0" {
+		s += ", fragment-major copy off"
+	}
+	if os.Getenv("LITHOS_CUDA_CLUSTERS") == "0" {
+		s += ", clusters off"
+	}
+	return s
 }
 
 // UploadStaged asks the kernel to read the mapping ahead (it is read once, front to back),

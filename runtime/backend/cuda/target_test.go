@@ -81,17 +81,38 @@ func loadGoldenTargetOf(t *testing.T, name string) (*opEnv, *gpu.Target, *bundle
 	return e, tg, b
 }
 
-// TestTargetUpload: the device copy of weights.bin is the mapping, byte for byte; the vectors
-// are the bundle's decoded floats; a bundle larger than the free memory is refused first.
+// TestTargetUpload: the device copy of weights.bin is the mapping, byte for byte, except the
+// target matrices the device reads fragment-major (gpu.FragmentLayouter; on the GPU every one
+// that has such a copy), which are kernels.BLMFragmentMajor of theirs; the vectors are the
+// bundle's decoded floats; a bundle larger than the free memory is refused first.
 func TestTargetUpload(t *testing.T) {
 	e, tg, b := loadGoldenTarget(t)
 	got := make([]byte, len(b.Weights()))
 	if err := e.d.Read(got, tg.Weights, 0); err != nil {
 		t.Fatal(err)
 	}
-	if sha256.Sum256(got) != sha256.Sum256(b.Weights()) {
-		t.Fatal("device weights differ from weights.bin")
+	want := bytes.Clone(b.Weights())
+	fragment := false
+	if fl, ok := tg.Device.(gpu.FragmentLayouter); ok {
+		fragment = fl.FragmentLayout()
 	}
+	repacked := 0
+	for _, name := range tg.MatrixNames() {
+		mx, _ := tg.Matrix(name)
+		off := int64(mx.Ptr - tg.Weights.Ptr)
+		fm, err := kernels.BLMFragmentMajor(mx.Geometry, want[off:off+mx.Geometry.TotalBytes])
+		if fragment && err == nil && mx.Layout != kernels.BLMLayoutFragment || !fragment && mx.Layout != kernels.BLMLayoutBLM {
+			t.Fatalf("tensor %s: layout %d on a device that reads the fragment-major one: %v (copy: %v)", name, mx.Layout, fragment, err)
+		}
+		if mx.Layout == kernels.BLMLayoutFragment {
+			copy(want[off:], fm)
+			repacked++
+		}
+	}
+	if sha256.Sum256(got) != sha256.Sum256(want) {
+		t.Fatalf("device weights differ from weights.bin with %d matrices fragment-major", repacked)
+	}
+	t.Logf("%d of %d matrices fragment-major", repacked, len(tg.MatrixNames()))
 	for _, name := range []string{"norm", "layers.0.input_layernorm", "layers.0.linear_attn.A_log", "layers.0.linear_attn.conv1d"} {
 		bt, ok := b.Tensor(name)
 		if !ok {
@@ -139,6 +160,7 @@ func (e *opEnv) blm(m *gpu.Matrix, rows int, epi uint32, x, y *Buffer) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	rec.Layout = m.Layout
 	prm := e.bytes(kernels.Record(rec))
 	g := rec.Grid()
 	if err := e.ks.Launch(e.s, name, g, e.ctl.Ptr, prm.Ptr, m.Ptr, m.Scales, x.Ptr, y.Ptr); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strings"
@@ -20,9 +21,9 @@ import (
 	"lithos/runtime/model"
 )
 
-// Matrix is a BLM-packed tensor of the bundle in device memory, used as packed: Ptr is its
-// packed bytes (Geometry.TotalBytes) inside the uploaded weights, Scales its row-scale table
-// right after them.
+// Matrix is a BLM-packed tensor of the bundle in device memory: Ptr is its packed bytes
+// (Geometry.TotalBytes, in the BLM layout or rewritten fragment-major in the same bytes: Layout)
+// inside the uploaded weights, Scales its row-scale table right after them.
 type Matrix struct {
 	Name        string
 	Geometry    blm.Geometry
@@ -40,8 +41,8 @@ func (m *Matrix) Kernel(rows int) (string, error) {
 }
 
 // Target is a bundle's target model on a GPU (backend.Target): the whole weights.bin uploaded
-// once into one device buffer (the BLM layout used as packed: matrices are addressed at their
-// manifest offsets), the small vectors decoded to float32 with their transforms applied (one
+// once into one device buffer (matrices are addressed at their manifest offsets, in the BLM
+// layout, or on a FragmentLayouter device rewritten fragment-major in place: Matrix.Layout), the small vectors decoded to float32 with their transforms applied (one
 // device buffer, Vector gives each one's address), over the Device (which holds the kernels).
 type Target struct {
 	Device Device
@@ -253,7 +254,8 @@ func (t *Target) Vector(name string) (uint64, int, bool) {
 	return t.vecs.At(off), t.vecLen[name], true
 }
 
-// TensorAt returns the device address of a tensor's bytes in the uploaded weights.
+// TensorAt returns the device address of a tensor's bytes in the uploaded weights (for a
+// packed target matrix, bytes in its Matrix.Layout).
 func (t *Target) TensorAt(name string) (uint64, bool) {
 	bt, ok := t.Bundle.Tensor(name)
 	if !ok {
@@ -319,11 +321,13 @@ func (t *Target) ReadBandwidthGBs() (float64, error) { return t.Device.ReadBandw
 const fragmentStage = 32 << 20
 
 // repackFragment rewrites every target matrix that has a fragment-major copy
-// (kernels.BLMFragmentMajor: NVFP4 with stripes of whole groups, FP8, BF16) in place in
-// t.Weights, which holds w (weights.bin) as uploaded, and marks it Layout BLMLayoutFragment;
-// the others keep the BLM layout. One matrix at a time (host memory: one matrix's copy and the
-// staging buffer), through a pinned staging buffer, each chunk awaited. Called before the
-// matrices' Ptr are made device addresses (they are still weights.bin offsets).
+// (kernels.BLMFragmentMajor: NVFP4 with stripes of whole groups, FP8, BF16, and no larger than
+// the packed bytes) in place in t.Weights, which holds w (weights.bin) as uploaded (a device
+// copy: UploadStaged made it), and marks it Layout BLMLayoutFragment; the others keep the BLM
+// layout. One matrix at a time (host memory: one matrix's copy and the staging buffer),
+// through a pinned staging buffer, each chunk awaited. Called before the matrices' Ptr are
+// made device addresses (they are still weights.bin offsets). A wait that ends with
+// ErrDeviceBusy marks the target busy (Close keeps its memory) and keeps the staging buffer.
 func (t *Target) repackFragment(ctx context.Context, w []byte) error {
 	names := make([]string, 0, len(t.mats))
 	for name := range t.mats {
@@ -334,10 +338,14 @@ func (t *Target) repackFragment(ctx context.Context, w []byte) error {
 	var host *HostBuffer
 	defer func() {
 		if q != nil {
-			q.Close()
+			if err := q.Close(); err != nil {
+				slog.Warn("fragment-major copies: close the queue", "err", err)
+			}
 		}
 		if host != nil {
-			host.Free()
+			if err := host.Free(); err != nil {
+				slog.Warn("fragment-major copies: free the staging buffer", "err", err)
+			}
 		}
 	}()
 	for _, name := range names {
@@ -364,6 +372,10 @@ func (t *Target) repackFragment(ctx context.Context, w []byte) error {
 				return fmt.Errorf("tensor %s: fragment-major copy: %w", name, err)
 			}
 			if err := q.Wait(0); err != nil {
+				if errors.Is(err, ErrDeviceBusy) {
+					host = nil // the copy may still read it
+					t.markBusy(err)
+				}
 				return fmt.Errorf("tensor %s: fragment-major copy: %w", name, err)
 			}
 		}

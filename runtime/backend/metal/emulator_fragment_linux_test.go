@@ -21,9 +21,10 @@ func (fragDevice) FragmentLayout() bool { return true }
 
 // TestFragmentRepack: on a device that reads the fragment-major layout, LoadTarget rewrites
 // every target matrix that has a fragment-major copy in place (the device bytes at the matrix
-// are kernels.BLMFragmentMajor of the bundle's, the rest of its bytes and its scales as
-// uploaded) and marks it so that its kernels are the lithos_blmf_* ones; on a device that does
-// not, nothing changes. Golden model b.
+// are kernels.BLMFragmentMajor of the bundle's, the rest of its bytes and the first bytes of its
+// row-scale table as uploaded) and marks it so that its kernels are the lithos_blmf_* ones; on
+// a device that does not, nothing changes. Golden model b (every matrix has a copy; the refused
+// shapes are TestBLMFragmentMajorRefusals').
 func TestFragmentRepack(t *testing.T) {
 	b := emuBundle(t, "b")
 	w := b.Weights()
