@@ -19,7 +19,9 @@
 #                                 DSpark head).
 #   BIN=DIR (both steps) keeps the binaries in DIR instead of bin/ (helpers building at once).
 #   LITHOS_CUDA_EMULATE=1 go test ./runtime/backend/cuda   the same tests on this machine, on a
-#                                 CPU emulator of the driver (emulator_test.go; needs clang++)
+#                                 CPU emulator of the driver (emulator_test.go; needs clang++;
+#                                 LITHOS_CUDA_EMULATE_MMA=1: the GPU's tensor-core BLM path and
+#                                 fragment-major weights, slower)
 #
 # The binaries are stripped and gzipped (bin/*.test.gz) so that they travel within the device
 # machine's 64 MiB working-tree limit; `run` unpacks them into /tmp.

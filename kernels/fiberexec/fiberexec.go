@@ -43,6 +43,11 @@ type Options struct {
 	KernelsDir string
 	// Profile keeps the time spent per kernel; Stop prints it to stderr.
 	Profile bool
+	// TensorCore builds the source with LITHOS_BLM_MMA (prelude/metal.h): the BLM kernels take
+	// the CUDA tensor-core path (its MMAs emulated by simdgroup shuffles), which also reads the
+	// fragment-major layout (kernels.BLMFragmentMajor) — the CUDA driver's emulator with it
+	// runs what the GPU runs.
+	TensorCore bool
 }
 
 // Exec is the shared mapping, its allocator and the running fiber server. Safe for
@@ -76,7 +81,7 @@ type profile struct {
 // ErrNoCompiler, a compile error (with clang's output), the arena not mappable at ArenaAddr
 // (a second Exec in one process).
 func Start(opt Options) (*Exec, error) {
-	exe, err := Build(opt.KernelsDir)
+	exe, err := BuildWith(opt.KernelsDir, opt.TensorCore)
 	if err != nil {
 		return nil, err
 	}
@@ -252,8 +257,14 @@ func (e *Exec) Launch(kernel int, grid [3]uint32, threads uint32, args []uint64)
 // cached by the hash of its inputs under the user cache directory (lithos/fiberexec), and
 // returns its path. kernelsDir is the module's kernels/ directory. Errors: ErrNoCompiler,
 // clang's output.
-func Build(kernelsDir string) (string, error) {
+func Build(kernelsDir string) (string, error) { return BuildWith(kernelsDir, false) }
+
+// BuildWith is Build, with tensorCore the source built with LITHOS_BLM_MMA (Options.TensorCore).
+func BuildWith(kernelsDir string, tensorCore bool) (string, error) {
 	src := kernels.Source(kernels.Metal)
+	if tensorCore {
+		src = "#define LITHOS_BLM_MMA 1\n" + src
+	}
 	var drvSrc strings.Builder
 	drvSrc.WriteString(fastContext)
 	drvSrc.WriteString("#include \"lithos.metal\"\n#include \"fiber.h\"\n")

@@ -193,6 +193,9 @@ type emulator interface {
 	call(name string, args []uintptr) uintptr
 	// compile stands in for Compile.
 	compile(name, src, arch string) (*Compiled, error)
+	// tensorCore reports whether its BLM kernels take the tensor-core path (and so read the
+	// fragment-major layout), as on the GPU.
+	tensorCore() bool
 }
 
 // emu is the emulator a test installed, or nil.

@@ -38,6 +38,14 @@ const emuImage = "lithos-emulated-module"
 // emulatorEnabled reports whether the tests run on the emulator.
 func emulatorEnabled() bool { return os.Getenv("LITHOS_CUDA_EMULATE") == "1" }
 
+// emulateTensorCore: with LITHOS_CUDA_EMULATE_MMA=1 the emulator's kernels are built with
+// LITHOS_BLM_MMA (kernels/fiberexec Options.TensorCore): the BLM products take the GPU's
+// tensor-core path, MMAs emulated, and the target's matrices are read fragment-major as on
+// the GPU (runtimeDevice.FragmentLayout).
+func emulateTensorCore() bool { return os.Getenv("LITHOS_CUDA_EMULATE_MMA") == "1" }
+
+func (e *cpuEmulator) tensorCore() bool { return emulateTensorCore() }
+
 type emuOp struct {
 	kind        int // 0 launch, 1 copy, 2 fill32, 3 fill8
 	kernel      int
@@ -68,7 +76,7 @@ type cpuEmulator struct {
 // kernels, starts it (kernels/fiberexec) and installs the emulator as the driver.
 func startEmulator() (*cpuEmulator, error) {
 	x, err := fiberexec.Start(fiberexec.Options{KernelsDir: filepath.Join("..", "..", "..", "kernels"),
-		Profile: os.Getenv("LITHOS_CUDA_EMULATE_PROFILE") == "1"})
+		Profile: os.Getenv("LITHOS_CUDA_EMULATE_PROFILE") == "1", TensorCore: emulateTensorCore()})
 	if err != nil {
 		return nil, err
 	}

@@ -82,10 +82,10 @@ func (r *runtimeDevice) NewQueue() (gpu.Queue, error) {
 }
 
 // FragmentLayout implements gpu.FragmentLayouter: the kernels read the fragment-major copy of
-// the target's matrices (their tensor-core path), except on the driver's CPU emulator (whose
-// kernels are the Metal source's scalar path) or with LITHOS_CUDA_FRAGMENT=0 (A/B runs).
+// the target's matrices (their tensor-core path), except on the driver's CPU emulator unless it
+// runs that path (LITHOS_CUDA_EMULATE_MMA=1), or with LITHOS_CUDA_FRAGMENT=0 (A/B runs).
 func (r *runtimeDevice) FragmentLayout() bool {
-	return emu == nil && os.Getenv("LITHOS_CUDA_FRAGMENT") != "0"
+	return (emu == nil || emu.tensorCore()) && os.Getenv("LITHOS_CUDA_FRAGMENT") != "0"
 }
 
 // ReadBandwidthGBs is the median of 5 reads of 4 GiB (many times the L2) with the device-check
