@@ -136,6 +136,7 @@ type dispatch struct {
 	grid    [3]uint32
 	threads int
 	args    []int
+	cluster uint32 // threadgroups per thread-block cluster along x (0 or 1: none)
 }
 
 // buf adds a buffer and returns its index.
@@ -166,7 +167,15 @@ func (j *job) launch(t testing.TB, name string, grid [3]uint32, args ...int) {
 	if len(args) != 2+len(k.Buffers) {
 		t.Fatalf("%s: %d arguments, want %d", name, len(args), 2+len(k.Buffers))
 	}
-	j.disps = append(j.disps, dispatch{name, grid, k.Threads, args})
+	j.disps = append(j.disps, dispatch{name: name, grid: grid, threads: k.Threads, args: args})
+}
+
+// launchCluster is launch in thread-block clusters of cluster threadgroups along x (the fiber
+// runtime runs a cluster's threadgroups together; kernels/fiber/fiber.h).
+func (j *job) launchCluster(t testing.TB, name string, grid [3]uint32, cluster uint32, args ...int) {
+	t.Helper()
+	j.launch(t, name, grid, args...)
+	j.disps[len(j.disps)-1].cluster = cluster
 }
 
 // run executes the job with exe and returns the buffers after the last dispatch.
@@ -187,6 +196,7 @@ func (j *job) run(t testing.TB, exe string) ([][]byte, error) {
 		u(d.grid[1])
 		u(d.grid[2])
 		u(uint32(d.threads))
+		u(max(d.cluster, 1))
 		u(uint32(len(d.args)))
 		for _, a := range d.args {
 			u(uint32(a))

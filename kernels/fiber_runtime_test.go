@@ -76,7 +76,7 @@ func TestFiberRuntimeCatchesBugs(t *testing.T) {
 	run := func(name string) ([]float32, error) {
 		var j job
 		y := j.f32(make([]float32, 64))
-		j.disps = append(j.disps, dispatch{name, [3]uint32{2, 1, 1}, 64, []int{y}})
+		j.disps = append(j.disps, dispatch{name: name, grid: [3]uint32{2, 1, 1}, threads: 64, args: []int{y}})
 		res, err := j.run(t, exe)
 		if err != nil {
 			return nil, err

@@ -186,7 +186,7 @@ func TestFiberDetectors(t *testing.T) {
 	one := func(name string, groups uint32, n int) *job {
 		j := &job{}
 		j.poison(n)
-		j.disps = append(j.disps, dispatch{name, [3]uint32{groups, 1, 1}, 64, []int{0}})
+		j.disps = append(j.disps, dispatch{name: name, grid: [3]uint32{groups, 1, 1}, threads: 64, args: []int{0}})
 		return j
 	}
 
@@ -243,7 +243,7 @@ func TestFiberDetectors(t *testing.T) {
 	t.Run("threadgroup order: schedules disagree", func(t *testing.T) {
 		j := &job{}
 		j.f32(make([]float32, 4))
-		j.disps = append(j.disps, dispatch{"cross_group", [3]uint32{4, 1, 1}, 64, []int{0}})
+		j.disps = append(j.disps, dispatch{name: "cross_group", grid: [3]uint32{4, 1, 1}, threads: 64, args: []int{0}})
 		_, err := j.runSchedules(t, exe)
 		if err == nil || !strings.Contains(err.Error(), "disagree") {
 			t.Fatalf("error %v, want schedules that disagree", err)
@@ -267,7 +267,7 @@ func TestFiberDetectors(t *testing.T) {
 func testScheduleOption(t *testing.T, exe string) {
 	j := &job{sched: "sideways"}
 	j.poison(64)
-	j.disps = append(j.disps, dispatch{"with_barrier", [3]uint32{1, 1, 1}, 64, []int{0}})
+	j.disps = append(j.disps, dispatch{name: "with_barrier", grid: [3]uint32{1, 1, 1}, threads: 64, args: []int{0}})
 	if _, err := j.run(t, exe); err == nil || !strings.Contains(err.Error(), "want asc, desc or random:SEED") {
 		t.Fatalf("unknown schedule: %v", err)
 	}
@@ -301,6 +301,6 @@ func testScheduleOption(t *testing.T, exe string) {
 func one64(name string) *job {
 	j := &job{}
 	j.poison(64)
-	j.disps = append(j.disps, dispatch{name, [3]uint32{1, 1, 1}, 64, []int{0}})
+	j.disps = append(j.disps, dispatch{name: name, grid: [3]uint32{1, 1, 1}, threads: 64, args: []int{0}})
 	return j
 }

@@ -31,6 +31,15 @@
 // on the order of threads between two barriers (a missing barrier) or on the order of
 // threadgroups gives different bytes under different schedules; the Go harness compares them.
 //
+// Thread-block clusters (CUDA sm_90; dispatch's cluster argument, the BLM kernels' K split):
+// the C threadgroups of a cluster (x = c·C … c·C + C − 1) run together as C·threads fibers, each
+// threadgroup with its own arena. A threadgroup barrier opens when every live thread of that
+// threadgroup waits at it (the others may be anywhere); a cluster barrier (cluster_barrier)
+// when every thread of the cluster waits at the same one; cluster_map gives the address of a
+// threadgroup array element in another threadgroup of the cluster (distributed shared memory).
+// A threadgroup that returns while its cluster waits at a cluster barrier is a bug, reported as
+// for a threadgroup barrier. The schedules order the clusters as they order threadgroups.
+//
 // Threadgroup memory: arrays declared with TG_ARRAY live in a 32 KiB arena (Metal's
 // threadgroup memory limit; more is an error) that is filled with the word 0x7FC0DEAD (a quiet
 // NaN as float) at the start of every threadgroup, so reading an element no thread of the group
@@ -67,12 +76,15 @@ struct KernelEntry {
     Entry fn;
 };
 
-enum State { kReady, kBarrier, kSimd, kDone };
+enum State { kReady, kBarrier, kSimd, kCluster, kDone };
 
 static const int kPathMax = 24;
 
 struct Fiber {
     ucontext_t ctx;  // the first entry (makecontext); later switches use jb
+    unsigned rank;   // threadgroup of the cluster (0 without clusters)
+    unsigned tid;    // thread in its threadgroup
+    uint3 tg;        // its threadgroup's position in the grid
     jmp_buf jb;
     bool started;
     char* stack;
@@ -99,8 +111,9 @@ struct Runtime {
     const char* kname = "";
     Entry fn = nullptr;
     void** args = nullptr;
-    uint3 tg = {0, 0, 0}, ngroups = {0, 0, 0};
+    uint3 tg = {0, 0, 0}, ngroups = {0, 0, 0};  // tg: the cluster's first threadgroup
     unsigned threads = 0;
+    unsigned cluster = 1;  // threadgroups per cluster (dispatch's cluster argument)
     std::vector<Fiber> fibers;
     jmp_buf sched;  // the scheduler, in resume
     int cur = -1;
@@ -136,11 +149,18 @@ static const size_t kTgBytes = LITHOS_TG_BYTES;
 #endif
 static const size_t kTgStaticBytes = LITHOS_TG_STATIC_BYTES;
 static const uint32_t kTgPoison = 0x7FC0DEADu;  // a quiet NaN as float
-alignas(64) static unsigned char tg_mem[kTgBytes];
+// The arenas of a cluster's threadgroups, kTgBytes each (arena(r) is threadgroup rank r's).
+static unsigned char* tg_arenas = nullptr;
+static unsigned tg_arena_count = 0;
+static inline unsigned char* arena(unsigned r) { return tg_arenas + size_t(r) * kTgBytes; }
 
 [[noreturn]] static void fail(const std::string& msg) {
-    std::fprintf(stderr, "fiber (schedule %s): kernel %s, threadgroup (%u, %u, %u): %s\n", rt.schedule_name, rt.kname, rt.tg.x, rt.tg.y,
-                 rt.tg.z, msg.c_str());
+    // The running thread's threadgroup, else the cluster's first; a cluster names its size.
+    const uint3 g = rt.cur >= 0 && size_t(rt.cur) < rt.fibers.size() ? rt.fibers[rt.cur].tg : rt.tg;
+    char cl[64] = "";
+    if (rt.cluster > 1) std::snprintf(cl, sizeof cl, " (cluster of %u from x = %u)", rt.cluster, rt.tg.x);
+    std::fprintf(stderr, "fiber (schedule %s): kernel %s, threadgroup (%u, %u, %u)%s: %s\n", rt.schedule_name, rt.kname, g.x, g.y, g.z, cl,
+                 msg.c_str());
     std::fflush(stderr);
     std::_Exit(3);
 }
@@ -243,6 +263,36 @@ __attribute__((noinline)) void barrier(const char* file, int line) {
     block();
 }
 
+// cluster_barrier waits for every thread of the cluster (the CUDA prelude's blm_cluster_sync:
+// barrier.cluster arrive + wait, threadgroup memory ordered across the cluster).
+__attribute__((noinline)) void cluster_barrier(const char* file, int line) {
+    if (rt.cur < 0) fail("cluster barrier outside a kernel");
+    Fiber& f = rt.fibers[rt.cur];
+    f.state = kCluster;
+    f.file = file;
+    f.line = line;
+    record_path(f);
+    block();
+}
+
+// cluster_size is the threadgroups of the running cluster (1 without clusters).
+unsigned cluster_size() { return rt.cluster; }
+
+// cluster_map returns the address in threadgroup rank's arena of p, an address in the running
+// thread's own threadgroup memory (CUDA mapa): distributed shared memory.
+void* cluster_map(const void* p, unsigned rank) {
+    if (rt.cur < 0) fail("cluster_map outside a kernel");
+    const unsigned char* own = arena(rt.fibers[rt.cur].rank);
+    const unsigned char* q = static_cast<const unsigned char*>(p);
+    if (q < own || q >= own + kTgBytes) fail("cluster_map of an address outside the thread's threadgroup memory");
+    if (rank >= rt.cluster) {
+        char b[128];
+        std::snprintf(b, sizeof b, "cluster_map to rank %u of a cluster of %u", rank, rt.cluster);
+        fail(b);
+    }
+    return arena(rank) + (q - own);
+}
+
 __attribute__((noinline)) void simd_exchange(const void* in, void* out, unsigned size, SimdKind kind, unsigned arg, const char* op,
                                              const char* file, int line) {
     if (rt.cur < 0) fail("simdgroup function outside a kernel");
@@ -263,11 +313,12 @@ __attribute__((noinline)) void simd_exchange(const void* in, void* out, unsigned
 
 // tg_alloc returns threadgroup array (file, line, name) of the running threadgroup: the same
 // memory for every thread of the group, placed in the arena on its first request (TG_ARRAY in
-// the shim's run mode). The arena is poisoned at the start of every threadgroup.
+// the shim's run mode; every threadgroup of a cluster has it at the same offset of its own
+// arena). The arenas are poisoned at the start of every threadgroup (cluster).
 void* tg_alloc(size_t bytes, size_t align, const char* file, int line, const char* name, bool dyn) {
     if (rt.cur < 0) fail("threadgroup array outside a kernel");
     for (const auto& a : rt.tg_arrays)
-        if (a.line == line && std::strcmp(a.file, file) == 0 && std::strcmp(a.name, name) == 0) return tg_mem + a.off;
+        if (a.line == line && std::strcmp(a.file, file) == 0 && std::strcmp(a.name, name) == 0) return arena(rt.fibers[rt.cur].rank) + a.off;
     size_t off = (rt.tg_used + align - 1) / align * align;
     if (align > 64 || off + bytes > kTgBytes) {
         char b[512];
@@ -284,11 +335,11 @@ void* tg_alloc(size_t bytes, size_t align, const char* file, int line, const cha
     rt.tg_arrays.push_back(Runtime::TgArray{file, line, name, off});
     rt.tg_used = off + bytes;
     if (!dyn) rt.tg_static += bytes;
-    return tg_mem + off;
+    return arena(rt.fibers[rt.cur].rank) + off;
 }
 
 static void trampoline(unsigned i) {
-    Ids ids{rt.tg, rt.ngroups, i};
+    Ids ids{rt.fibers[i].tg, rt.ngroups, rt.fibers[i].tid};
     rt.fn(rt.args, ids);
     rt.fibers[i].state = kDone;
     _longjmp(rt.sched, 1);
@@ -330,12 +381,46 @@ static bool resolve_simd(unsigned g) {
     return true;
 }
 
-static void run_group() {
-    unsigned n = rt.threads;
+// check_same reports (fails) when the waiting threads ws (indices into rt.fibers) wait at
+// different barriers or at one through different call paths; what is "" (threadgroup
+// barriers) or "cluster ".
+static void check_same(const std::vector<unsigned>& ws, const char* what) {
+    char b[1024];
+    const unsigned first = ws[0];
+    const Fiber& w = rt.fibers[first];
+    for (unsigned i : ws) {
+        const Fiber& f = rt.fibers[i];
+        if (f.line != w.line || std::strcmp(f.file, w.file) != 0) {
+            std::snprintf(b, sizeof b, "threads wait at different %sbarriers: thread %u at %s, thread %u at %s", what, first, where(w).c_str(), i,
+                          where(f).c_str());
+            fail(b);
+        }
+        int frame;
+        if (!same_path(f, w, &frame)) {
+            std::snprintf(b, sizeof b,
+                          "threads wait at the %sbarrier at %s:%d through different calls, in episode %lu: thread %u and thread %u (%s): "
+                          "a barrier reached from different call sites, or loops whose trip counts differ between threads",
+                          what, w.file, w.line, w.episodes + 1, first, i, path_diff(w, int(first), f, int(i)).c_str());
+            fail(b);
+        }
+    }
+}
+
+// run_cluster runs the rt.cluster threadgroups of one cluster (one threadgroup without
+// clusters) to completion, rt.threads fibers each; fiber i is thread i % threads of threadgroup
+// rank i / threads, at x = rt.tg.x + rank.
+static void run_cluster() {
+    const unsigned per = rt.threads, n = per * rt.cluster;
     rt.fibers.assign(n, Fiber{});
     static std::vector<char*> stacks;
     while (stacks.size() < n) stacks.push_back(static_cast<char*>(std::malloc(kStack)));
-    for (size_t i = 0; i < kTgBytes; i += 4) std::memcpy(tg_mem + i, &kTgPoison, 4);
+    if (tg_arena_count < rt.cluster) {
+        std::free(tg_arenas);
+        tg_arenas = static_cast<unsigned char*>(std::aligned_alloc(64, size_t(rt.cluster) * kTgBytes));
+        if (!tg_arenas) fail("cannot allocate the threadgroup arenas");
+        tg_arena_count = rt.cluster;
+    }
+    for (size_t i = 0; i < size_t(rt.cluster) * kTgBytes; i += 4) std::memcpy(tg_arenas + i, &kTgPoison, 4);
     rt.tg_arrays.clear();
     rt.tg_used = 0;
     rt.tg_static = 0;
@@ -344,12 +429,17 @@ static void run_group() {
         f.stack = stacks[i];
         f.state = kReady;
         f.started = false;
+        f.rank = i / per;
+        f.tid = i % per;
+        f.tg = uint3{rt.tg.x + f.rank, rt.tg.y, rt.tg.z};
         getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = f.stack;
         f.ctx.uc_stack.ss_size = kStack;
         f.ctx.uc_link = nullptr;
         makecontext(&f.ctx, reinterpret_cast<void (*)()>(trampoline), 1, i);
     }
+    std::vector<unsigned> ws;
+    char b[1024];
     for (;;) {
         make_order(rt.order, n);
         for (unsigned i : rt.order) {
@@ -361,37 +451,56 @@ static void run_group() {
         if (done) return;
         for (unsigned g = 0; g < n / 32; g++) progress = resolve_simd(g) || progress;
         if (progress) continue;
-        // Nobody at a SIMD call: everyone alive waits at a barrier.
-        int first = -1, gone = -1;
+        // Nobody at a SIMD call. A threadgroup whose live threads all wait at a threadgroup
+        // barrier passes it; a threadgroup barrier that some of the group's threads wait at
+        // while others have returned or wait at the cluster barrier is a bug.
+        for (unsigned r = 0; r < rt.cluster; r++) {
+            ws.clear();
+            int gone = -1, atCluster = -1;
+            for (unsigned i = r * per; i < (r + 1) * per; i++) {
+                const State st = rt.fibers[i].state;
+                if (st == kBarrier) ws.push_back(i);
+                if (st == kDone && gone < 0) gone = int(i);
+                if (st == kCluster && atCluster < 0) atCluster = int(i);
+            }
+            if (ws.empty()) continue;
+            const Fiber& w = rt.fibers[ws[0]];
+            if (gone >= 0) {
+                std::snprintf(b, sizeof b,
+                              "thread %u returned while thread %u waits at %s: a thread left before a barrier (thread %u passed %lu barrier episodes, thread %u %lu)",
+                              rt.fibers[gone].tid, w.tid, where(w).c_str(), rt.fibers[gone].tid, rt.fibers[gone].episodes, w.tid, w.episodes);
+                fail(b);
+            }
+            if (atCluster >= 0) {
+                std::snprintf(b, sizeof b, "in threadgroup rank %u of the cluster, thread %u waits at %s while thread %u waits at the cluster barrier at %s:%d",
+                              r, w.tid, where(w).c_str(), rt.fibers[atCluster].tid, rt.fibers[atCluster].file, rt.fibers[atCluster].line);
+                fail(b);
+            }
+            check_same(ws, "");
+            for (unsigned i : ws) {
+                rt.fibers[i].state = kReady;
+                rt.fibers[i].episodes++;
+            }
+            progress = true;
+        }
+        if (progress) continue;
+        // No threadgroup barrier opened: everyone alive waits at the cluster barrier.
+        ws.clear();
+        int gone = -1;
         for (unsigned i = 0; i < n; i++) {
-            if (rt.fibers[i].state == kBarrier && first < 0) first = int(i);
+            if (rt.fibers[i].state == kCluster) ws.push_back(i);
             if (rt.fibers[i].state == kDone && gone < 0) gone = int(i);
         }
-        if (first < 0) fail("no thread can run and none waits at a barrier");
-        char b[1024];
-        const Fiber& w = rt.fibers[first];
+        if (ws.empty()) fail("no thread can run and none waits at a barrier");
         if (gone >= 0) {
-            std::snprintf(b, sizeof b, "thread %d returned while thread %d waits at %s: a thread left before a barrier (thread %d passed %lu barrier episodes, thread %d %lu)",
-                          gone, first, where(w).c_str(), gone, rt.fibers[gone].episodes, first, w.episodes);
+            const Fiber& w = rt.fibers[ws[0]];
+            std::snprintf(b, sizeof b,
+                          "thread %u of threadgroup rank %u returned while thread %u of rank %u waits at the cluster barrier at %s:%d: a threadgroup left before a cluster barrier",
+                          rt.fibers[gone].tid, rt.fibers[gone].rank, w.tid, w.rank, w.file, w.line);
             fail(b);
         }
-        for (unsigned i = 0; i < n; i++) {
-            const Fiber& f = rt.fibers[i];
-            if (f.line != w.line || std::strcmp(f.file, w.file) != 0) {
-                std::snprintf(b, sizeof b, "threads wait at different barriers: thread %d at %s, thread %u at %s", first, where(w).c_str(), i,
-                              where(f).c_str());
-                fail(b);
-            }
-            int frame;
-            if (!same_path(f, w, &frame)) {
-                std::snprintf(b, sizeof b,
-                              "threads wait at the barrier at %s:%d through different calls, in episode %lu: thread %d and thread %u (%s): "
-                              "a barrier reached from different call sites, or loops whose trip counts differ between threads",
-                              w.file, w.line, w.episodes + 1, first, i, path_diff(w, first, f, int(i)).c_str());
-                fail(b);
-            }
-        }
-        for (unsigned i = 0; i < n; i++) {
+        check_same(ws, "cluster ");
+        for (unsigned i : ws) {
             rt.fibers[i].state = kReady;
             rt.fibers[i].episodes++;
         }
@@ -402,27 +511,32 @@ static void on_fault(int sig, siginfo_t* si, void*) {
     char b[512];
     int n = std::snprintf(b, sizeof b,
                           "fiber (schedule %s): kernel %s, threadgroup (%u, %u, %u), thread %d: %s at address %p (past the end of a buffer?)\n",
-                          rt.schedule_name, rt.kname, rt.tg.x, rt.tg.y, rt.tg.z, rt.cur, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", si->si_addr);
+                          rt.schedule_name, rt.kname, rt.cur >= 0 ? rt.fibers[rt.cur].tg.x : rt.tg.x, rt.tg.y, rt.tg.z,
+                          rt.cur >= 0 ? int(rt.fibers[rt.cur].tid) : -1, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", si->si_addr);
     if (write(2, b, size_t(n)) < 0) {}
     _exit(4);
 }
 
-// Dispatch runs kernel fn over grid ngroups with threads threads per threadgroup, the
-// threadgroups in the schedule's order.
-inline void dispatch(const char* name, Entry fn, void** args, uint3 ngroups, unsigned threads) {
+// Dispatch runs kernel fn over grid ngroups with threads threads per threadgroup, in clusters of
+// cluster threadgroups along x (1: none; ngroups.x a multiple of it, at most 8), the
+// clusters in the schedule's order.
+inline void dispatch(const char* name, Entry fn, void** args, uint3 ngroups, unsigned threads, unsigned cluster = 1) {
     if (threads == 0 || threads % 32 != 0 || threads > 1024) fail("threadgroup size must be a positive multiple of 32, at most 1024");
+    if (cluster == 0 || cluster > 8 || ngroups.x % cluster != 0) fail("cluster size must be 1 to 8 and divide the grid's x");
     rt.kname = name;
     rt.fn = fn;
     rt.args = args;
     rt.ngroups = ngroups;
     rt.threads = threads;
-    uint64_t total = uint64_t(ngroups.x) * ngroups.y * ngroups.z;
+    rt.cluster = cluster;
+    const uint32_t cx = ngroups.x / cluster;
+    uint64_t total = uint64_t(cx) * ngroups.y * ngroups.z;
     if (total > (1u << 26)) fail("grid of more than 2^26 threadgroups");
     std::vector<unsigned> groups;
     make_order(groups, unsigned(total));
     for (unsigned lin : groups) {
-        rt.tg = uint3{lin % ngroups.x, (lin / ngroups.x) % ngroups.y, lin / (ngroups.x * ngroups.y)};
-        run_group();
+        rt.tg = uint3{(lin % cx) * cluster, (lin / cx) % ngroups.y, lin / (cx * ngroups.y)};
+        run_cluster();
     }
 }
 
@@ -476,7 +590,7 @@ static uint32_t read_u32(FILE* f) {
 
 // run_job reads a job (kernels/fiber_harness_test.go writes it), runs its dispatches in order and writes
 // every buffer back. Job: u32 nbuf, per buffer u32 size + bytes; u32 ndisp, per dispatch: u32
-// name length + name, u32 gx gy gz threads, u32 nargs + nargs buffer indices.
+// name length + name, u32 gx gy gz threads cluster, u32 nargs + nargs buffer indices.
 inline int run_job(const KernelEntry* table, const char* in, const char* out) {
     set_schedule();
     struct sigaction sa;
@@ -505,6 +619,7 @@ inline int run_job(const KernelEntry* table, const char* in, const char* out) {
         g.y = read_u32(f);
         g.z = read_u32(f);
         unsigned threads = read_u32(f);
+        unsigned cluster = read_u32(f);
         std::vector<void*> args(read_u32(f));
         for (auto& a : args) {
             uint32_t i = read_u32(f);
@@ -516,7 +631,7 @@ inline int run_job(const KernelEntry* table, const char* in, const char* out) {
         if (!k->name) fail("unknown kernel " + name);
         static std::string keep;
         keep = name;
-        dispatch(keep.c_str(), k->fn, args.data(), g, threads);
+        dispatch(keep.c_str(), k->fn, args.data(), g, threads, cluster);
     }
     std::fclose(f);
     FILE* o = std::fopen(out, "wb");

@@ -201,11 +201,12 @@ func (e *Exec) Launches() int {
 }
 
 // Launch runs kernel (its index in kernels.Kernels()) over grid threadgroups of threads
-// threads with args (ctl, the parameter record, the kernel's buffers: addresses in the arena)
-// and returns when the grid is done. Errors: a bad kernel index or argument count, the server
+// threads, in thread-block clusters of cluster threadgroups along x (0 or 1: none; at most 8,
+// dividing grid[0]), with args (ctl, the parameter record, the kernel's buffers: addresses in
+// the arena) and returns when the grid is done. Errors: a bad kernel index or argument count, the server
 // gone (a kernel fault or a fiber-runtime error ends it after a message on stderr naming the
 // kernel, threadgroup and threads); after one, every later launch fails.
-func (e *Exec) Launch(kernel int, grid [3]uint32, threads uint32, args []uint64) error {
+func (e *Exec) Launch(kernel int, grid [3]uint32, threads, cluster uint32, args []uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.failed != nil {
@@ -213,6 +214,10 @@ func (e *Exec) Launch(kernel int, grid [3]uint32, threads uint32, args []uint64)
 	}
 	if kernel < 0 || kernel >= len(e.kernels) || len(args) > 32 {
 		return fmt.Errorf("fiberexec: launch of kernel %d with %d arguments", kernel, len(args))
+	}
+	cluster = max(cluster, 1)
+	if cluster > 8 || grid[0]%cluster != 0 {
+		return fmt.Errorf("fiberexec: launch of %s in clusters of %d over a grid of %d threadgroups along x", e.kernels[kernel].Name, cluster, grid[0])
 	}
 	name := e.kernels[kernel].Name
 	e.launches++
@@ -235,6 +240,7 @@ func (e *Exec) Launch(kernel int, grid [3]uint32, threads uint32, args []uint64)
 	put(grid[1])
 	put(grid[2])
 	put(threads)
+	put(cluster)
 	put(uint32(len(args)))
 	var w [8]byte
 	for _, a := range args {
@@ -298,7 +304,7 @@ func BuildWith(kernelsDir string, tensorCore bool) (string, error) {
 		return "", fmt.Errorf("fiberexec: %w", err)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "server v2: -O2 -fno-omit-frame-pointer -fconvergent-functions\n")
+	fmt.Fprintf(h, "server v3: -O2 -fno-omit-frame-pointer -fconvergent-functions\n")
 	for _, s := range []string{src, drvSrc.String(), string(fiberH), string(shim)} {
 		fmt.Fprintf(h, "%d\n%s", len(s), s)
 	}
@@ -403,8 +409,9 @@ static inline void lithos_emu_make(ucontext_t* c, void (*f)(), unsigned arg) {
 `
 
 // serverMain is the fiber server's command loop: it maps the arena (fd 3) at the address
-// given, then runs launches read from stdin — u32 kernel index, grid x, y, z, threads, argument
-// count, then the arguments as u64 — answering each with a u32 0 on stdout when the grid is done.
+// given, then runs launches read from stdin — u32 kernel index, grid x, y, z, threads, cluster
+// size, argument count, then the arguments as u64 — answering each with a u32 0 on stdout when
+// the grid is done.
 // A kernel fault or a fiber-runtime error ends the process with a message on stderr.
 const serverMain = `
 #include <sys/mman.h>
@@ -424,14 +431,14 @@ int main(int argc, char** argv) {
     sigaction(SIGSEGV, &sa, nullptr);
     sigaction(SIGBUS, &sa, nullptr);
     for (;;) {
-        uint32_t h[6];
-        if (std::fread(h, 4, 6, stdin) != 6) return 0;
-        if (h[0] >= nkernels || h[5] > 32) { std::fprintf(stderr, "emulator: bad launch header\n"); return 6; }
+        uint32_t h[7];
+        if (std::fread(h, 4, 7, stdin) != 7) return 0;
+        if (h[0] >= nkernels || h[6] > 32) { std::fprintf(stderr, "emulator: bad launch header\n"); return 6; }
         uint64_t raw[32];
-        if (std::fread(raw, 8, h[5], stdin) != h[5]) return 0;
+        if (std::fread(raw, 8, h[6], stdin) != h[6]) return 0;
         void* args[32];
-        for (uint32_t i = 0; i < h[5]; i++) args[i] = (void*)raw[i];
-        lithos_fiber::dispatch(table[h[0]].name, table[h[0]].fn, args, uint3{h[1], h[2], h[3]}, h[4]);
+        for (uint32_t i = 0; i < h[6]; i++) args[i] = (void*)raw[i];
+        lithos_fiber::dispatch(table[h[0]].name, table[h[0]].fn, args, uint3{h[1], h[2], h[3]}, h[4], h[5]);
         uint32_t ok = 0;
         std::fwrite(&ok, 4, 1, stdout);
         std::fflush(stdout);

@@ -53,7 +53,7 @@ func TestLaunch(t *testing.T) {
 			idx = i
 		}
 	}
-	if err := e.Launch(idx, p.Grid(), uint32(k.Threads), []uint64{uint64(ctl), uint64(prm), uint64(a), uint64(b), uint64(y)}); err != nil {
+	if err := e.Launch(idx, p.Grid(), uint32(k.Threads), 1, []uint64{uint64(ctl), uint64(prm), uint64(a), uint64(b), uint64(y)}); err != nil {
 		t.Fatal(err)
 	}
 	got := f32(y, (rows+1)*n)
@@ -74,7 +74,7 @@ func TestLaunch(t *testing.T) {
 	if !e.Free(a) || e.Free(a) || e.Used() != used-4*rows*n/Align*Align-Align {
 		t.Fatalf("free: used %d → %d", used, e.Used())
 	}
-	if err := e.Launch(len(kernels.Kernels()), [3]uint32{1, 1, 1}, 1, nil); err == nil {
+	if err := e.Launch(len(kernels.Kernels()), [3]uint32{1, 1, 1}, 1, 1, nil); err == nil {
 		t.Fatal("a launch of kernel index past the table was accepted")
 	}
 }

@@ -100,5 +100,18 @@ static inline void blm_cp_wait() {}
 // No thread-block clusters on Metal: the BLM kernels take BLMParams.Clusters as 1 (a record
 // with more is computed by the grid's first threadgroups; the host gives Metal Clusters 1).
 // The CUDA prelude's BLM_CLUSTER (sm_90+) adds a K split across threadgroups through
-// distributed shared memory.
+// distributed shared memory; the tensor-core test build of the fiber runtime (LITHOS_BLM_MMA in
+// run mode) has it too, its clusters run by kernels/fiber/fiber.h (a cluster's threadgroups
+// as one set of fibers, each with its own threadgroup memory).
+#if defined(LITHOS_BLM_MMA) && defined(LITHOS_SHIM_RUN)
+#define BLM_CLUSTER 1
+static inline void blm_cluster_sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    lithos_fiber::cluster_barrier(file, line);
+}
+static inline threadgroup const float* blm_cluster_map(threadgroup const float* p, uint rank) {
+    return static_cast<threadgroup const float*>(lithos_fiber::cluster_map(p, rank));
+}
+static inline uint blm_cluster_size() { return lithos_fiber::cluster_size(); }
+#else
 #define BLM_CLUSTER 0
+#endif

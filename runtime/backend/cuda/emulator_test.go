@@ -51,6 +51,7 @@ type emuOp struct {
 	kernel      int
 	grid        [3]uint32
 	threads     uint32
+	cluster     uint32 // thread-block cluster size along x (cuLaunchKernelEx); 0: none
 	args        []uint64
 	dst, src, n uintptr
 	value       uint32
@@ -121,7 +122,7 @@ func (e *cpuEmulator) exec(op emuOp) uintptr {
 	}
 	switch op.kind {
 	case 0:
-		if err := e.x.Launch(op.kernel, op.grid, op.threads, op.args); err != nil {
+		if err := e.x.Launch(op.kernel, op.grid, op.threads, op.cluster, op.args); err != nil {
 			e.failed = true
 			return 719
 		}

@@ -270,7 +270,7 @@ func (d *emuDevice) exec(c *Command, recs *Buffer) error {
 		}
 		args[i] = uint64(mb.id) + uint64(a.Off)
 	}
-	return d.x.Launch(c.Pipe, c.Groups, c.Threads, args)
+	return d.x.Launch(c.Pipe, c.Groups, c.Threads, 1, args)
 }
 
 // emuQueue is a synchronous queue: launches, copies and replays run when queued.
