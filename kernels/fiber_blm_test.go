@@ -40,7 +40,7 @@ func mmaFiberExe(t testing.TB) string {
 		calls := map[string]string{}
 		var order []string
 		for _, k := range Kernels() {
-			if k.Op != "blm" {
+			if k.Op != "blm" && k.Op != "blmx" {
 				continue
 			}
 			calls[k.Name] = fiberCall(k)

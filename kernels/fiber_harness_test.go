@@ -113,6 +113,9 @@ func generatedFiber(t testing.TB) string {
 		calls := map[string]string{}
 		var order []string
 		for _, k := range Kernels() {
+			if k.MMAOnly {
+				continue // only in the tensor-core build (mmaFiberExe)
+			}
 			calls[k.Name] = fiberCall(k)
 			order = append(order, k.Name)
 		}

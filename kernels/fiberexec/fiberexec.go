@@ -275,6 +275,11 @@ func BuildWith(kernelsDir string, tensorCore bool) (string, error) {
 	drvSrc.WriteString(fastContext)
 	drvSrc.WriteString("#include \"lithos.metal\"\n#include \"fiber.h\"\n")
 	for i, k := range kernels.Kernels() {
+		if k.MMAOnly && !tensorCore {
+			// Not in this build's source (BLM_MMA 0): a launch of it ends the server.
+			fmt.Fprintf(&drvSrc, "static void call_%d(void**, lithos_fiber::Ids) { std::fprintf(stderr, \"emulator: kernel %s is only in the tensor-core build\\n\"); std::_Exit(7); }\n", i, k.Name)
+			continue
+		}
 		fmt.Fprintf(&drvSrc, "static void call_%d(void** a, lithos_fiber::Ids ids) { %s((u32*)a[0], *(const %s*)a[1]", i, k.Name, k.ParamsType())
 		for j, b := range k.Buffers {
 			c := "const "

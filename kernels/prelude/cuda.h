@@ -55,6 +55,69 @@ FN void blm_mma(THR float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, u3
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+// Primitives of the MMA-layout matrix kernels (ops/blmx.kern: f16 tensor-core MMAs over weights
+// decoded into f16 exactly; docs/performance.md §3.3j).
+// blmx_prmt: PTX prmt.b32 (byte i of the result is byte sel.nibble(i) of {b, a}, a the low four).
+FN u32 blmx_prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+// blmx_e4m3x2: the two E4M3 bytes in the low 16 bits of s as f16x2 (byte 0 in the low half), exact.
+FN u32 blmx_e4m3x2(u32 s) {
+    u32 d;
+    asm("{\n\t.reg .b16 t;\n\tcvt.u16.u32 t, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, t;\n\t}" : "=r"(d) : "r"(s));
+    return d;
+}
+// blmx_hmul_lo / blmx_hmul_hi: both f16 halves of a times the low (high) half of s, rounded to
+// nearest, subnormals kept (ptxas folds the half into the operand: HMUL2 R, R, R.H0_H0).
+FN u32 blmx_hmul_lo(u32 a, u32 s) {
+    u32 d;
+    asm("{\n\t.reg .b16 l, h;\n\t.reg .b32 t;\n\tmov.b32 {l, h}, %2;\n\tmov.b32 t, {l, l};\n\tmul.rn.f16x2 %0, %1, t;\n\t}" : "=r"(d) : "r"(a), "r"(s));
+    return d;
+}
+FN u32 blmx_hmul_hi(u32 a, u32 s) {
+    u32 d;
+    asm("{\n\t.reg .b16 l, h;\n\t.reg .b32 t;\n\tmov.b32 {l, h}, %2;\n\tmov.b32 t, {h, h};\n\tmul.rn.f16x2 %0, %1, t;\n\t}" : "=r"(d) : "r"(a), "r"(s));
+    return d;
+}
+// blmx_f16x2: lo and hi rounded to nearest f16 (subnormals kept, overflow to ±inf), lo in the low half.
+FN u32 blmx_f16x2(float lo, float hi) {
+    u32 d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+// blmx_f16lo / blmx_f16hi: the low (high) f16 half of h as float32 (exact).
+FN float blmx_f16lo(u32 h) {
+    float f;
+    asm("{\n\t.reg .b16 l, u;\n\tmov.b32 {l, u}, %1;\n\tcvt.f32.f16 %0, l;\n\t}" : "=f"(f) : "r"(h));
+    return f;
+}
+FN float blmx_f16hi(u32 h) {
+    float f;
+    asm("{\n\t.reg .b16 l, u;\n\tmov.b32 {l, u}, %1;\n\tcvt.f32.f16 %0, u;\n\t}" : "=f"(f) : "r"(h));
+    return f;
+}
+// blmx_mma: c[0..3] += A·B for one m16n8k16 tile, f16 inputs, f32 accumulators (the fragment
+// layout of blm_mma).
+FN void blmx_mma(THR float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, u32 lane) {
+    (void)lane;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// blmx_ld16 / blmx_ld8: streaming loads of weights read once per product (read-only, not kept
+// in L1).
+FN uint4 blmx_ld16(DEV const u8* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+FN uint2 blmx_ld8(DEV const u8* p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
 // Asynchronous global → threadgroup copies (sm_80 cp.async) for the BLM kernels' weight ring:
 // blm_cp16 (16 bytes, L2 only: .cg) and blm_cp4 (4 bytes, .ca) queue a copy, blm_cp_commit closes
 // the thread's current group, blm_cp_wait<N> waits until at most N of its groups are pending.

@@ -80,6 +80,80 @@ static inline void blm_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, 
     }
     c[0] += s0; c[1] += s1; c[2] += s2; c[3] += s3;
 }
+// The MMA-layout kernels' primitives (prelude/cuda.h, ops/blmx.kern), emulated exactly: IEEE
+// binary16 conversions with round-to-nearest-even and subnormals, PTX prmt's default mode.
+static inline uint blmx_f32_to_f16(float f) {
+    const uint x = as_type<uint>(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
+    if (ax >= 0x7F800000u) return sign | (ax > 0x7F800000u ? 0x7E00u : 0x7C00u);
+    if (ax >= 0x477FF000u) return sign | 0x7C00u;  // ≥ 65520: rounds to infinity
+    if (ax < 0x38800000u) {                         // below 2⁻¹⁴: a subnormal, in units of 2⁻²⁴
+        const uint e = ax >> 23;
+        if (e < 101u) return sign;                  // below 2⁻²⁶: rounds to zero
+        const uint m = (ax & 0x7FFFFFu) | 0x800000u, sh = 126u - e;
+        uint q = m >> sh;
+        const uint rem = m & ((1u << sh) - 1u), half = 1u << (sh - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        return sign | q;
+    }
+    uint r = ((((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3FFu));
+    const uint rem = ax & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+    return sign | r;
+}
+static inline float blmx_f16_to_f32(uint h) {
+    const uint sign = (h & 0x8000u) << 16, e = (h >> 10) & 31u, m = h & 0x3FFu;
+    if (e == 0u) return as_type<float>(as_type<uint>(float(m) * 5.9604644775390625e-8f) | sign);
+    if (e == 31u) return as_type<float>(sign | 0x7F800000u | (m << 13));
+    return as_type<float>(sign | ((e + 112u) << 23) | (m << 13));
+}
+static inline uint blmx_prmt(uint a, uint b, uint sel) {
+    uint r = 0u;
+    for (uint i = 0u; i < 4u; ++i) {
+        const uint n = (sel >> (4u * i)) & 15u, k = n & 7u;
+        uint v = ((k < 4u ? a : b) >> (8u * (k & 3u))) & 0xFFu;
+        if (n & 8u) v = (v & 0x80u) ? 0xFFu : 0u;
+        r |= v << (8u * i);
+    }
+    return r;
+}
+static inline float blmx_e4m3(uint b) {
+    const uint s = (b & 0x80u) << 24, e = (b >> 3) & 15u, m = b & 7u;
+    if (e == 15u && m == 7u) return as_type<float>(s | 0x7FC00000u);
+    const float v = e == 0u ? float(m) * 0.001953125f : as_type<float>(((e + 120u) << 23) | (m << 20));
+    return as_type<float>(as_type<uint>(v) | s);
+}
+static inline uint blmx_e4m3x2(uint s) { return blmx_f32_to_f16(blmx_e4m3(s & 0xFFu)) | (blmx_f32_to_f16(blmx_e4m3((s >> 8) & 0xFFu)) << 16); }
+static inline uint blmx_hmul(uint a, float s) {
+    return blmx_f32_to_f16(blmx_f16_to_f32(a & 0xFFFFu) * s) | (blmx_f32_to_f16(blmx_f16_to_f32(a >> 16) * s) << 16);
+}
+static inline uint blmx_hmul_lo(uint a, uint s) { return blmx_hmul(a, blmx_f16_to_f32(s & 0xFFFFu)); }
+static inline uint blmx_hmul_hi(uint a, uint s) { return blmx_hmul(a, blmx_f16_to_f32(s >> 16)); }
+static inline uint blmx_f16x2(float lo, float hi) { return blmx_f32_to_f16(lo) | (blmx_f32_to_f16(hi) << 16); }
+static inline float blmx_f16lo(uint h) { return blmx_f16_to_f32(h & 0xFFFFu); }
+static inline float blmx_f16hi(uint h) { return blmx_f16_to_f32(h >> 16); }
+static inline float blmx_dot2(uint a, uint b) { return blmx_f16lo(a) * blmx_f16lo(b) + blmx_f16hi(a) * blmx_f16hi(b); }
+// blmx_mma: the PTX m16n8k16 f16 MMA (blm_mma's fragment layout and shuffles; the products are
+// exact in float32, the sums float32 in this order).
+static inline void blmx_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, uint lane) {
+    const uint g = lane >> 2, q = lane & 3u;
+    uint4 av;
+    av.x = a0; av.y = a1; av.z = a2; av.w = a3;
+    uint2 bv;
+    bv.x = b0; bv.y = b1;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (uint k = 0; k < 4u; ++k) {
+        const uint4 A = simd_shuffle(av, (ushort)(4u * g + k));
+        const uint2 B0 = simd_shuffle(bv, (ushort)(8u * q + k));
+        const uint2 B1 = simd_shuffle(bv, (ushort)(8u * q + 4u + k));
+        s0 += blmx_dot2(A.x, B0.x) + blmx_dot2(A.z, B0.y);
+        s1 += blmx_dot2(A.x, B1.x) + blmx_dot2(A.z, B1.y);
+        s2 += blmx_dot2(A.y, B0.x) + blmx_dot2(A.w, B0.y);
+        s3 += blmx_dot2(A.y, B1.x) + blmx_dot2(A.w, B1.y);
+    }
+    c[0] += s0; c[1] += s1; c[2] += s2; c[3] += s3;
+}
+static inline uint4 blmx_ld16(device const uchar* p) { return *(device const uint4*)p; }
+static inline uint2 blmx_ld8(device const uchar* p) { return *(device const uint2*)p; }
 // The asynchronous copies of the weight ring (prelude/cuda.h), as plain copies: the fiber
 // runtime runs each thread to its next barrier, so a copy is complete when it returns.
 static inline void blm_cp16(threadgroup void* dst, device const void* src) { *(threadgroup uint4*)dst = *(device const uint4*)src; }

@@ -1,0 +1,456 @@
+package kernels
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"lithos/formats"
+	"lithos/pack/blm"
+)
+
+// The MMA-layout matrix kernels (ops/blmx.kern, lithos_blmx_nvfp4 and lithos_blmx_fp8): the CUDA
+// tensor-core path over a copy of the weights made at load (BLMXCopy), in which every lane's
+// 16-byte load holds exactly its MMA fragments; f16 MMAs over weights decoded exactly, the
+// activations scaled per token and split into two f16 pieces (22 bits); one threadgroup of 16
+// simdgroups per multiprocessor streaming its items BLMX_D ahead in registers, no barrier until
+// the end (docs/performance.md §3.3j). Metal keeps the BLM kernels: these entry points are in
+// the Metal source only for the fiber runtime's tensor-core test build (Kernel.MMAOnly).
+
+// BLMLayoutMMA is the BLMXParams weight layout (Matrix.Layout on the GPU): BLMXCopy's.
+const BLMLayoutMMA = 2
+
+// BLMXThreads is the threadgroup size of the MMA-layout kernels: 16 simdgroups.
+const BLMXThreads = 512
+
+// BLMXShared is the dynamic threadgroup memory of an MMA-layout launch in bytes (224 KiB: the
+// activations of a K part and the simdgroups' partial-sum slots; the H100/H200 allow 227 KiB
+// per threadgroup, 512 bytes of which the kernel's static token maxima take). With it a
+// multiprocessor holds one threadgroup.
+const BLMXShared = 224 << 10
+
+// blmxChunk returns, for a format with an MMA-layout kernel, the MMA k-steps (16 columns) per
+// chunk (one 16-byte load per lane) and the chunk's bytes (NVFP4: 512 of codes and 64 of
+// block scales).
+func blmxChunk(f formats.Format) (ksteps, bytes int64, ok bool) {
+	switch f {
+	case formats.NVFP4:
+		return 4, 576, true
+	case formats.FP8:
+		return 2, 512, true
+	}
+	return 0, 0, false
+}
+
+// BLMXGroup is the items (chunks of one block) a simdgroup of the MMA-layout kernels computes
+// per step and loads one step ahead, in registers (BLMX_D in ops/blmx.kern): chunks per block
+// and per K part are multiples of it, so that a step never spans two blocks.
+const BLMXGroup = 4
+
+// BLMXChunks returns the chunks per block of g's MMA layout: ⌈K / (16·k-steps per chunk)⌉ (64
+// columns for NVFP4, 32 for FP8) rounded up to a multiple of BLMXGroup (zero chunks); 0 for a
+// format without an MMA-layout kernel.
+func BLMXChunks(g blm.Geometry) int64 {
+	ks, _, ok := blmxChunk(g.Format)
+	if !ok {
+		return 0
+	}
+	c := (g.K + 16*ks - 1) / (16 * ks)
+	return (c + BLMXGroup - 1) / BLMXGroup * BLMXGroup
+}
+
+// BLMXCopyBytes is the size of g's MMA layout: Blocks · BLMXChunks · chunk bytes — the stored
+// codes and block scales of K rounded up to a chunk (no unit padding).
+func BLMXCopyBytes(g blm.Geometry) int64 {
+	_, cb, _ := blmxChunk(g.Format)
+	return g.Blocks * BLMXChunks(g) * cb
+}
+
+// BLMXCopy returns the MMA layout of packed, the BLM bytes of g (g.TotalBytes), for
+// lithos_blmx_*: block b's chunk c at (b·chunks + c)·CB; in it lane l = 4g + q (g = l/4, q =
+// l%4) has the 16 bytes at l·16, which are, for each k-step s of the chunk (16 columns from
+// 16s), the codes of rows g and g + 8 at columns 2q, 2q+1, 2q+8, 2q+9:
+//
+//   - NVFP4 (4 k-steps, one 32-bit word each): byte i of word j holds code P_i with its three
+//     magnitude bits at bits 1–3 and its sign at bit 7, and code Q_i with the magnitude at
+//     bits 4–6 and the sign at bit 0, where P = (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1) and Q
+//     the same at columns 2q+8, 2q+9; then, at 512 + 8g', the E4M3 block scales of rows g' and
+//     g'+8 of the chunk's four 16-column groups, (g', g'+8) per group;
+//   - FP8 (2 k-steps, two words each): word 2j the bytes (g+8, 2q), (g, 2q), (g+8, 2q+1),
+//     (g, 2q+1); word 2j+1 the same at columns 2q+8, 2q+9.
+//
+// Rows ≥ N, columns ≥ K and groups past K are zero. The copy holds the same codes and scales;
+// it is BLMXCopyBytes long, never more than g.TotalBytes for the geometries it accepts.
+// Errors: a geometry that fails Check, a format without an MMA-layout kernel, NVFP4 with a group
+// other than 16, packed of another size or with padding that is not zero (blm.UnpackBlock's
+// errors, naming the block), a copy larger than packed. Blocks are copied by up to GOMAXPROCS
+// (at most 16) goroutines.
+func BLMXCopy(g blm.Geometry, packed []byte) ([]byte, error) {
+	if err := g.Check(); err != nil {
+		return nil, fmt.Errorf("kernels: MMA-layout copy: %w", err)
+	}
+	ks, cb, ok := blmxChunk(g.Format)
+	if !ok {
+		return nil, fmt.Errorf("kernels: MMA-layout copy of a %s matrix: no MMA-layout kernel for the format (nvfp4, fp8_e4m3)", g.Format)
+	}
+	if g.Format == formats.NVFP4 && g.GroupSize != 16 {
+		return nil, fmt.Errorf("kernels: MMA-layout copy of an NVFP4 matrix with group %d: want 16", g.GroupSize)
+	}
+	if int64(len(packed)) != g.TotalBytes {
+		return nil, fmt.Errorf("kernels: MMA-layout copy: %d packed bytes, want %d", len(packed), g.TotalBytes)
+	}
+	size := BLMXCopyBytes(g)
+	if size > g.TotalBytes {
+		return nil, fmt.Errorf("kernels: MMA-layout copy of %d bytes is larger than the %d packed bytes", size, g.TotalBytes)
+	}
+	nch := BLMXChunks(g)
+	out := make([]byte, size)
+	workers := max(min(int64(runtime.GOMAXPROCS(0)), 16, g.Blocks/16), 1)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for wi := int64(0); wi < workers; wi++ {
+		wg.Add(1)
+		go func(wi, lo, hi int64) {
+			defer wg.Done()
+			rows := g.NewRows(g.Rows)
+			for b := lo; b < hi; b++ {
+				n := min(int64(g.Rows), g.N-b*int64(g.Rows))
+				r := blm.Rows{Codes: rows.Codes[:n*g.CodeRowBytes()]}
+				if rows.Scales != nil {
+					r.Scales = rows.Scales[:n*g.ScaleRowBytes()]
+				}
+				if err := g.UnpackBlock(r, b, packed[b*g.BlockBytes:(b+1)*g.BlockBytes]); err != nil {
+					errs[wi] = fmt.Errorf("kernels: MMA-layout copy: %w", err)
+					return
+				}
+				blmxBlock(g, r, n, out[b*nch*cb:(b+1)*nch*cb], nch, ks, cb)
+			}
+		}(wi, wi*g.Blocks/workers, (wi+1)*g.Blocks/workers)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// blmxBlock writes one block's chunks (dst, nch·cb bytes) from its n stored rows r (ks k-steps
+// per chunk).
+func blmxBlock(g blm.Geometry, r blm.Rows, n int64, dst []byte, nch, ks, cb int64) {
+	k, crb := g.K, g.CodeRowBytes()
+	nvfp4 := g.Format == formats.NVFP4
+	// code is the stored code of (row, col) of the block, 0 outside the matrix.
+	code := func(row, col int64) byte {
+		if row >= n || col >= k {
+			return 0
+		}
+		if nvfp4 {
+			return (r.Codes[row*crb+col/2] >> (4 * (col & 1))) & 15
+		}
+		return r.Codes[row*crb+col]
+	}
+	groups := g.ScaleRowBytes()
+	scale := func(row, grp int64) byte {
+		if row >= n || grp >= groups {
+			return 0
+		}
+		return r.Scales[row*groups+grp]
+	}
+	for c := int64(0); c < nch; c++ {
+		ch := dst[c*cb : (c+1)*cb]
+		for lane := int64(0); lane < 32; lane++ {
+			gg, q := lane>>2, lane&3
+			lw := ch[lane*16 : lane*16+16]
+			for j := int64(0); j < ks; j++ {
+				cb0 := 16*(ks*c+j) + 2*q
+				if nvfp4 {
+					var w [4]byte
+					for i := int64(0); i < 4; i++ {
+						row := gg + 8*(i>>1)
+						p, qq := code(row, cb0+(i&1)), code(row, cb0+8+(i&1))
+						w[i] = (p&7)<<1 | (p&8)<<4 | (qq&7)<<4 | qq>>3
+					}
+					copy(lw[4*j:], w[:])
+					continue
+				}
+				for h := int64(0); h < 2; h++ {
+					col := cb0 + 8*h
+					o := lw[8*j+4*h:]
+					o[0], o[1], o[2], o[3] = code(gg+8, col), code(gg, col), code(gg+8, col+1), code(gg, col+1)
+				}
+			}
+		}
+		if nvfp4 {
+			for gg := int64(0); gg < 8; gg++ {
+				for j := int64(0); j < 4; j++ {
+					ch[512+8*gg+2*j] = scale(gg, 4*c+j)
+					ch[512+8*gg+2*j+1] = scale(gg+8, 4*c+j)
+				}
+			}
+		}
+	}
+}
+
+// BLMXDevice is what the MMA-layout work split needs of a GPU: its multiprocessors (one
+// threadgroup each: BLMXShared), the largest thread-block cluster it launches (1: none), and
+// per cluster size c, Active[c], how many clusters of c such threadgroups run at once (CUDA
+// cuOccupancyMaxActiveClusters; 0: unknown, taken as SMs/c).
+type BLMXDevice struct {
+	SMs        int
+	MaxCluster int
+	Active     [BLMMaxClusters + 1]int
+}
+
+// BLMXParams: the product of lithos_blmx_nvfp4 / lithos_blmx_fp8 (ops/blmx.kern) over w in the
+// MMA layout (BLMXCopy): y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, with
+// the epilogues of BLMParams (EpiStore, EpiAdd, EpiSwiGLU). Format is FMT_NVFP4 (1) or FMT_FP8
+// (2), the kernel's; Blocks = ⌈N/16⌉, Chunks = BLMXChunks. The work split (NewBLMXParams):
+// Groups clusters of Cl threadgroups (K in Cl parts of PartChunks chunks, the last one
+// shorter), cluster g over blocks [g·Blocks/Groups, (g+1)·Blocks/Groups); Slots partial-sum
+// slots per simdgroup in threadgroup memory. Rows ≤ 16 in tiles of 8 (grid y).
+type BLMXParams struct {
+	DoneWord   uint32
+	Rows       uint32
+	RowsWord   uint32
+	N          uint32
+	K          uint32
+	Format     uint32
+	Blocks     uint32
+	Chunks     uint32
+	PartChunks uint32
+	Cl         uint32
+	Groups     uint32
+	Slots      uint32
+	LdX, LdY   uint32
+	Epilogue   uint32
+}
+
+// Grid is Groups·Cl threadgroups along x (cluster g is threadgroups g·Cl … g·Cl + Cl − 1) and
+// ⌈Rows/8⌉ tiles of 8 tokens along y.
+func (p BLMXParams) Grid() [3]uint32 {
+	return [3]uint32{p.Groups * max(p.Cl, 1), (p.Rows + 7) / 8, 1}
+}
+
+// ClusterDims is the thread-block cluster of the launch: (Cl, 1, 1).
+func (p BLMXParams) ClusterDims() [3]uint32 { return [3]uint32{max(p.Cl, 1), 1, 1} }
+
+// blmxFormat is the FMT_* code of a format with an MMA-layout kernel (ops/blm.kern's).
+func blmxFormat(f formats.Format) (uint32, bool) {
+	switch f {
+	case formats.NVFP4:
+		return 1, true
+	case formats.FP8:
+		return 2, true
+	}
+	return 0, false
+}
+
+// blmxGeom is what the split and the checks derive from a record's shape.
+type blmxGeom struct {
+	ks, cb      int64 // k-steps and bytes per chunk
+	slots       int64 // slots per simdgroup the split needs
+	shared      int64 // threadgroup memory: activations + slots
+	itemsPerSG  int64 // the most items one simdgroup streams
+	xBytes      int64 // activation bytes one threadgroup stages (8 tokens of float32)
+	blocksPerCl int64 // the most blocks of one cluster
+}
+
+// blmxShape computes blmxGeom for a split; ok is false for a format without a kernel.
+func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool) {
+	var f formats.Format
+	switch format {
+	case 1:
+		f = formats.NVFP4
+	case 2:
+		f = formats.FP8
+	default:
+		return blmxGeom{}, false
+	}
+	ks, cb, _ := blmxChunk(f)
+	var g blmxGeom
+	g.ks, g.cb = ks, cb
+	if groups == 0 || part == 0 {
+		return g, true
+	}
+	g.blocksPerCl = (int64(blocks) + int64(groups) - 1) / int64(groups)
+	const nsg = BLMXThreads / 32
+	// A simdgroup takes whole steps of BLMXGroup items: ⌈steps/16⌉ of them at most.
+	g.itemsPerSG = (g.blocksPerCl*int64(part)/BLMXGroup + nsg - 1) / nsg * BLMXGroup
+	// Its L items of a part of pc chunks, starting at a step of a block, touch at most
+	// (L + pc − BLMXGroup)/pc + 1 blocks, each its own slot; the last part may be shorter.
+	g.slots = 1
+	last := int64(chunks) - int64(max(cl, 1)-1)*int64(part)
+	for _, pc := range []int64{int64(part), last} {
+		if pc < 1 {
+			continue
+		}
+		l := (g.blocksPerCl*pc/BLMXGroup + nsg - 1) / nsg * BLMXGroup
+		g.slots = max(g.slots, min((l+pc-BLMXGroup)/pc+1, g.blocksPerCl))
+	}
+	g.shared = int64(part)*ks*512 + (BLMXThreads/32)*g.slots*512
+	g.xBytes = int64(part) * ks * 16 * 8 * 4
+	return g, true
+}
+
+// NewBLMXParams returns the record of matrix g (a format with an MMA-layout kernel: nvfp4 with
+// 16-column groups, fp8_e4m3) for rows activation rows (1–16; set RowsWord for a dynamic count),
+// contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word, and the work split
+// for device d: over the cluster sizes c ≤ d.MaxCluster (1, 2, 4, 8, at most the chunks), the one
+// with the least estimated time, in bytes a threadgroup streams on its critical path — its
+// busiest simdgroup's items × chunk bytes × 16 — plus the activations it stages (8 tokens of
+// float32) and 32 KiB for the two cluster barriers when c > 1, among the splits whose threadgroup
+// memory fits BLMXShared. The split depends on the shape and the device only, never on the row
+// count (a decode step and a verify pass sum in the same order). This cost model is not
+// measured yet (docs/performance.md §3.3j). Errors: the format, rows, a matrix ≥ 4 GiB, no split
+// that fits, the SwiGLU epilogue over N not a multiple of 16.
+func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLMXParams, error) {
+	if err := g.Check(); err != nil {
+		return BLMXParams{}, err
+	}
+	fc, ok := blmxFormat(g.Format)
+	if !ok || (g.Format == formats.NVFP4 && g.GroupSize != 16) {
+		return BLMXParams{}, fmt.Errorf("kernels: no MMA-layout kernel for format %s (group %d): want nvfp4 with 16-column groups or fp8_e4m3", g.Format, g.GroupSize)
+	}
+	if rows < 1 || rows > 16 {
+		return BLMXParams{}, fmt.Errorf("kernels: MMA-layout product of %d rows: want 1 to 16", rows)
+	}
+	if BLMXCopyBytes(g) >= 1<<32 {
+		return BLMXParams{}, fmt.Errorf("kernels: MMA-layout matrix [%d, %d] of %d bytes: the kernels address < 4 GiB", g.N, g.K, BLMXCopyBytes(g))
+	}
+	if d.SMs < 1 {
+		return BLMXParams{}, fmt.Errorf("kernels: MMA-layout split for a device of %d multiprocessors", d.SMs)
+	}
+	p := BLMXParams{DoneWord: NoWord, Rows: uint32(rows), RowsWord: NoWord, N: uint32(g.N), K: uint32(g.K), Format: fc,
+		Blocks: uint32(g.Blocks), Chunks: uint32(BLMXChunks(g)), LdX: uint32(g.K), LdY: uint32(g.N), Epilogue: epilogue}
+	if epilogue == EpiSwiGLU {
+		if g.N%16 != 0 {
+			return BLMXParams{}, fmt.Errorf("kernels: SwiGLU epilogue over %d rows: want whole blocks of 8 gate + 8 up rows", g.N)
+		}
+		p.LdY = uint32(g.N / 2)
+	}
+	best, split := int64(-1), p
+	for _, c := range []int{1, 2, 4, 8} {
+		if c > max(d.MaxCluster, 1) {
+			continue
+		}
+		groups := d.Active[c]
+		if groups <= 0 {
+			groups = d.SMs / c
+		}
+		q := p
+		if cost, ok := q.trySplit(c, groups); ok && (best < 0 || cost < best) {
+			best, split = cost, q
+		}
+	}
+	p = split
+	if best < 0 {
+		return BLMXParams{}, fmt.Errorf("kernels: MMA-layout matrix [%d, %d]: no work split fits %d bytes of threadgroup memory with clusters of at most %d", g.N, g.K, BLMXShared, max(d.MaxCluster, 1))
+	}
+	return p, nil
+}
+
+// trySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks)
+// and returns its estimated cost (NewBLMXParams); false when the split leaves a K part without
+// chunks or its threadgroup memory does not fit BLMXShared.
+func (p *BLMXParams) trySplit(c, groups int) (int64, bool) {
+	if c < 1 || c > BLMMaxClusters || int64(c) > int64(p.Chunks) {
+		return 0, false
+	}
+	groups = min(groups, int(p.Blocks))
+	if groups < 1 {
+		return 0, false
+	}
+	part := ((p.Chunks+uint32(c)-1)/uint32(c) + BLMXGroup - 1) / BLMXGroup * BLMXGroup
+	if uint32(c-1)*part >= p.Chunks {
+		return 0, false // a rank without chunks
+	}
+	sh, _ := blmxShape(p.Format, p.Blocks, p.Chunks, part, uint32(c), uint32(groups))
+	if sh.shared > BLMXShared {
+		return 0, false
+	}
+	cost := sh.itemsPerSG*sh.cb*(BLMXThreads/32) + sh.xBytes
+	if c > 1 {
+		cost += 32 << 10
+	}
+	p.Cl, p.Groups, p.PartChunks, p.Slots = uint32(c), uint32(groups), part, uint32(sh.slots)
+	return cost, true
+}
+
+// Validate checks the record against the rules of lithos_blmx_*: Rows 1–16; N, K ≥ 1; Format
+// FMT_NVFP4 or FMT_FP8; Blocks = ⌈N/16⌉ and Chunks = ⌈K/(16·k-steps per chunk)⌉; Cl 1–8 with
+// every rank's part non-empty (PartChunks·Cl ≥ Chunks > PartChunks·(Cl − 1)); Groups 1 …
+// Blocks; Slots at least what the split needs; the threadgroup memory within BLMXShared; the
+// matrix, x and y within 32-bit offsets; the epilogue; the grid within CUDA's limits.
+func (p BLMXParams) Validate() error {
+	c := vcheck{rec: "BLMXParams"}
+	c.done(p.DoneWord)
+	if p.Rows < 1 || p.Rows > 16 {
+		c.failf("Rows", "is %d, want 1 to 16 (two tiles of 8)", p.Rows)
+	}
+	c.positive("N", p.N)
+	c.positive("K", p.K)
+	sh, ok := blmxShape(p.Format, p.Blocks, p.Chunks, p.PartChunks, p.Cl, p.Groups)
+	if !ok {
+		c.failf("Format", "is %d, want 1 (FMT_NVFP4) or 2 (FMT_FP8)", p.Format)
+		return c.err()
+	}
+	if want := (uint64(p.N) + 15) / 16; uint64(p.Blocks) != want {
+		c.failf("Blocks", "is %d, want ⌈N/16⌉ = %d", p.Blocks, want)
+	}
+	if w := uint64(16 * sh.ks); uint64(p.Chunks) != ((uint64(p.K)+w-1)/w+BLMXGroup-1)/BLMXGroup*BLMXGroup {
+		c.failf("Chunks", "is %d, want ⌈K/%d⌉ rounded up to a multiple of %d = %d", p.Chunks, w, BLMXGroup, ((uint64(p.K)+w-1)/w+BLMXGroup-1)/BLMXGroup*BLMXGroup)
+	}
+	if p.PartChunks%BLMXGroup != 0 {
+		c.failf("PartChunks", "is %d, want a multiple of BLMXGroup = %d (a step never spans two blocks)", p.PartChunks, BLMXGroup)
+	}
+	c.total("Chunks", uint64(p.Blocks)*uint64(p.Chunks)*uint64(sh.cb), "the matrix bytes Blocks·Chunks·chunk bytes")
+	if p.Cl < 1 || p.Cl > BLMMaxClusters {
+		c.failf("Cl", "is %d, want 1 to %d (threadgroups of a cluster)", p.Cl, BLMMaxClusters)
+	}
+	c.positive("PartChunks", p.PartChunks)
+	if p.Cl >= 1 && p.PartChunks > 0 && (uint64(p.PartChunks)*uint64(p.Cl) < uint64(p.Chunks) || uint64(p.PartChunks)*uint64(p.Cl-1) >= uint64(p.Chunks)) {
+		c.failf("PartChunks", "is %d with %d parts: want every part of the %d chunks non-empty and the parts covering them", p.PartChunks, p.Cl, p.Chunks)
+	}
+	if p.Groups < 1 || p.Groups > p.Blocks {
+		c.failf("Groups", "is %d, want 1 to Blocks = %d", p.Groups, p.Blocks)
+	}
+	if uint64(p.Slots) < uint64(sh.slots) {
+		c.failf("Slots", "is %d, want at least %d (the blocks one simdgroup's items touch)", p.Slots, sh.slots)
+	}
+	if sm := int64(p.PartChunks)*sh.ks*512 + (BLMXThreads/32)*int64(p.Slots)*512; sm > BLMXShared {
+		c.failf("Slots", "with PartChunks %d gives %d bytes of threadgroup memory, more than BLMXShared = %d", p.PartChunks, sm, BLMXShared)
+	}
+	c.total("PartChunks", uint64(sh.blocksPerCl)*uint64(p.PartChunks)*(BLMXThreads/32), "the items of a cluster·16")
+	out := uint64(p.N)
+	switch p.Epilogue {
+	case EpiStore, EpiAdd:
+	case EpiSwiGLU:
+		if p.N%16 != 0 {
+			c.failf("N", "is %d with the SwiGLU epilogue: want whole blocks of 8 gate + 8 up rows (a multiple of 16)", p.N)
+		}
+		out /= 2
+	default:
+		c.failf("Epilogue", "is %d, want EpiStore, EpiAdd or EpiSwiGLU", p.Epilogue)
+	}
+	c.span("LdX", uint64(p.Rows), uint64(p.LdX), uint64(p.K), "(Rows−1)·LdX + K")
+	c.span("LdY", uint64(p.Rows), uint64(p.LdY), out, "(Rows−1)·LdY + outputs")
+	c.apart("LdY", p.Rows, uint64(p.LdY), out, "the outputs per row")
+	if p.Cl <= BLMMaxClusters {
+		c.grid(p.Grid(), [3]string{"Groups", "Rows", ""})
+	}
+	return c.err()
+}
+
+// BLMXKernel returns the entry point of the MMA-layout kernel for a format (nvfp4, fp8_e4m3):
+// one for every row count 1–16.
+func BLMXKernel(f formats.Format) (string, error) {
+	switch f {
+	case formats.NVFP4:
+		return "lithos_blmx_nvfp4", nil
+	case formats.FP8:
+		return "lithos_blmx_fp8", nil
+	}
+	return "", fmt.Errorf("kernels: no MMA-layout kernel for format %s (have nvfp4, fp8_e4m3)", f)
+}

@@ -1,0 +1,229 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"lithos/formats"
+	"lithos/pack/blm"
+)
+
+// TestBLMXCopyLayout reads BLMXCopy's output back by the layout its doc comment gives — which
+// lane word and bits hold which code, where each block scale is, zeros past N and K — and
+// compares every code and scale with the stored rows the BLM bytes were packed from.
+func TestBLMXCopyLayout(t *testing.T) {
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, c := range []struct {
+		f     formats.Format
+		n, k  int64
+		lanes int
+	}{
+		{formats.NVFP4, 37, 1024, 0},
+		{formats.NVFP4, 16, 336, 32}, // 6 chunks padded to 8
+		{formats.FP8, 21, 1000, 0},
+		{formats.FP8, 48, 5120, 0},
+	} {
+		g, err := blm.NewGeometry(blm.Spec{Format: c.f, N: c.n, K: c.k, Lanes: c.lanes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := g.NewRows(int(c.n))
+		for i := range src.Codes {
+			src.Codes[i] = byte(r.IntN(256))
+		}
+		for i := range src.Scales {
+			src.Scales[i] = byte(r.IntN(256))
+		}
+		packed := make([]byte, g.TotalBytes)
+		if err := g.PackRows(packed, src); err != nil {
+			t.Fatal(err)
+		}
+		cp, err := BLMXCopy(g, packed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nch := BLMXChunks(g)
+		if int64(len(cp)) != BLMXCopyBytes(g) || BLMXCopyBytes(g) > g.TotalBytes || nch%BLMXGroup != 0 {
+			t.Fatalf("%s [%d, %d]: copy of %d bytes (BLMXCopyBytes %d, packed %d), %d chunks", c.f, c.n, c.k, len(cp), BLMXCopyBytes(g), g.TotalBytes, nch)
+		}
+		crb, groups := g.CodeRowBytes(), g.ScaleRowBytes()
+		code := func(row, col int64) byte {
+			if row >= c.n || col >= c.k {
+				return 0
+			}
+			if c.f == formats.NVFP4 {
+				return src.Codes[row*crb+col/2] >> (4 * (col % 2)) & 15
+			}
+			return src.Codes[row*crb+col]
+		}
+		ks, cb := int64(4), int64(576)
+		if c.f == formats.FP8 {
+			ks, cb = 2, 512
+		}
+		for b := int64(0); b < g.Blocks; b++ {
+			for ch := int64(0); ch < nch; ch++ {
+				base := (b*nch + ch) * cb
+				for lane := int64(0); lane < 32; lane++ {
+					gg, q := lane/4, lane%4
+					for j := int64(0); j < ks; j++ {
+						col := 16*(ks*ch+j) + 2*q
+						var got, want [8]byte
+						for i := 0; i < 4; i++ {
+							row := 16*b + gg + 8*int64(i/2)
+							if c.f == formats.NVFP4 {
+								v := cp[base+lane*16+4*j+int64(i)]
+								// P_i: magnitude bits 1–3, sign bit 7; Q_i: bits 4–6 and 0.
+								got[i] = (v>>1)&7 | (v>>4)&8
+								got[4+i] = (v>>4)&7 | (v&1)<<3
+								want[i] = code(row, col+int64(i%2))
+								want[4+i] = code(row, col+8+int64(i%2))
+							} else {
+								// Word 2j: (g+8, 2q), (g, 2q), (g+8, 2q+1), (g, 2q+1); word 2j+1 at +8.
+								rr := 16*b + gg + 8*int64(1-i%2)
+								got[i] = cp[base+lane*16+8*j+int64(i)]
+								got[4+i] = cp[base+lane*16+8*j+4+int64(i)]
+								want[i] = code(rr, col+int64(i/2))
+								want[4+i] = code(rr, col+8+int64(i/2))
+							}
+						}
+						if got != want {
+							t.Fatalf("%s [%d, %d]: block %d chunk %d lane %d k-step %d: codes %v, want %v", c.f, c.n, c.k, b, ch, lane, j, got, want)
+						}
+					}
+				}
+				if c.f != formats.NVFP4 {
+					continue
+				}
+				for gg := int64(0); gg < 8; gg++ {
+					for j := int64(0); j < 4; j++ {
+						for h := int64(0); h < 2; h++ {
+							row, grp := 16*b+gg+8*h, 4*ch+j
+							var want byte
+							if row < c.n && grp < groups {
+								want = src.Scales[row*groups+grp]
+							}
+							if got := cp[base+512+8*gg+2*j+h]; got != want {
+								t.Fatalf("nvfp4 [%d, %d]: block %d chunk %d: scale of row %d group %d = %#x, want %#x", c.n, c.k, b, ch, row, grp, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBLMXCopyRefusals: formats without a kernel, a wrong buffer size, BLM padding that is not
+// zero (named by block), a copy that would not fit the BLM bytes.
+func TestBLMXCopyRefusals(t *testing.T) {
+	bf, _ := blm.NewGeometry(blm.Spec{Format: formats.BF16, N: 16, K: 64})
+	nv, _ := blm.NewGeometry(blm.Spec{Format: formats.NVFP4, N: 32, K: 1024, Lanes: 32})
+	small, _ := blm.NewGeometry(blm.Spec{Format: formats.NVFP4, N: 16, K: 336})
+	bad := make([]byte, nv.TotalBytes)
+	bad[nv.BlockBytes+512+15] = 1 // byte 31 of block 1's first unit (its second word): padding
+	for _, c := range []struct {
+		name string
+		g    blm.Geometry
+		b    []byte
+		want string
+	}{
+		{"bf16", bf, make([]byte, bf.TotalBytes), "no MMA-layout kernel for the format"},
+		{"size", nv, make([]byte, nv.TotalBytes-1), "packed bytes, want"},
+		{"padding", nv, bad, "block 1"},
+		{"larger", small, make([]byte, small.TotalBytes), "is larger than the"},
+	} {
+		if _, err := BLMXCopy(c.g, c.b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestBLMXSplit27B: the split NewBLMXParams chooses for the 27B's matrices on an H200 (132
+// multiprocessors, clusters of 8) fits, covers every chunk, and is the same for 1, 8 and 16
+// rows; the choices are logged (the cost model is not measured: docs/performance.md §3.3j).
+func TestBLMXSplit27B(t *testing.T) {
+	h200 := BLMXDevice{SMs: 132, MaxCluster: 8}
+	for _, c := range []struct {
+		name string
+		f    formats.Format
+		n, k int64
+		epi  uint32
+	}{
+		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU},
+		{"down", formats.NVFP4, 5120, 17408, EpiStore},
+		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore},
+		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore},
+		{"attention qkv", formats.FP8, 14336, 5120, EpiStore},
+		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd},
+	} {
+		g, err := blm.NewGeometry(blm.Spec{Format: c.f, N: c.n, K: c.k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if BLMXCopyBytes(g) > g.TotalBytes {
+			t.Fatalf("%s: the copy (%d bytes) is larger than the BLM bytes (%d)", c.name, BLMXCopyBytes(g), g.TotalBytes)
+		}
+		var first BLMXParams
+		for _, rows := range []int{1, 8, 16} {
+			p, err := NewBLMXParams(g, rows, c.epi, h200)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Validate(); err != nil {
+				t.Fatalf("%s, %d rows: %v", c.name, rows, err)
+			}
+			if rows == 1 {
+				first = p
+				sh, _ := blmxShape(p.Format, p.Blocks, p.Chunks, p.PartChunks, p.Cl, p.Groups)
+				t.Logf("%-18s clusters of %d × %3d (%3d multiprocessors), K part %3d chunks, %3d items per simdgroup, %2d slots, %6d bytes of threadgroup memory",
+					c.name, p.Cl, p.Groups, p.Cl*p.Groups, p.PartChunks, sh.itemsPerSG, p.Slots, sh.shared)
+				continue
+			}
+			if p.Cl != first.Cl || p.Groups != first.Groups || p.PartChunks != first.PartChunks || p.Slots != first.Slots {
+				t.Fatalf("%s: %d rows split %+v, 1 row %+v", c.name, rows, p, first)
+			}
+		}
+	}
+	g, _ := blm.NewGeometry(blm.Spec{Format: formats.NVFP4, N: 5120, K: 17408})
+	if _, err := NewBLMXParams(g, 8, EpiStore, BLMXDevice{SMs: 132, MaxCluster: 1}); err == nil || !strings.Contains(err.Error(), "no work split fits") {
+		t.Fatalf("down without clusters: %v, want no split that fits", err)
+	}
+}
+
+// TestBLMXParamsValidate: each rule of BLMXParams.Validate with a record that breaks it.
+func TestBLMXParamsValidate(t *testing.T) {
+	g, _ := blm.NewGeometry(blm.Spec{Format: formats.NVFP4, N: 640, K: 5120})
+	ok, err := NewBLMXParams(g, 8, EpiStore, BLMXDevice{SMs: 16, MaxCluster: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	mut := func(f func(p *BLMXParams)) BLMXParams { p := ok; f(&p); return p }
+	for _, c := range []struct {
+		name string
+		p    BLMXParams
+		want string
+	}{
+		{"rows 0", mut(func(p *BLMXParams) { p.Rows = 0 }), "BLMXParams.Rows: is 0"},
+		{"rows 17", mut(func(p *BLMXParams) { p.Rows = 17 }), "BLMXParams.Rows: is 17"},
+		{"format", mut(func(p *BLMXParams) { p.Format = 3 }), "BLMXParams.Format: is 3"},
+		{"blocks", mut(func(p *BLMXParams) { p.Blocks++ }), "BLMXParams.Blocks"},
+		{"chunks", mut(func(p *BLMXParams) { p.Chunks += 4 }), "BLMXParams.Chunks"},
+		{"part not a step", mut(func(p *BLMXParams) { p.PartChunks++ }), "a multiple of BLMXGroup"},
+		{"empty part", mut(func(p *BLMXParams) { p.PartChunks = p.Chunks }), "every part of the"},
+		{"cluster 9", mut(func(p *BLMXParams) { p.Cl = 9 }), "BLMXParams.Cl: is 9"},
+		{"groups", mut(func(p *BLMXParams) { p.Groups = p.Blocks + 1 }), "BLMXParams.Groups"},
+		{"slots", mut(func(p *BLMXParams) { p.Slots = 0 }), "BLMXParams.Slots: is 0"},
+		{"shared", mut(func(p *BLMXParams) { p.Slots = 64 }), "more than BLMXShared"},
+		{"epilogue", mut(func(p *BLMXParams) { p.Epilogue = 3 }), "BLMXParams.Epilogue"},
+		{"ldy", mut(func(p *BLMXParams) { p.LdY = 10 }), "BLMXParams.LdY"},
+		{"done word", mut(func(p *BLMXParams) { p.DoneWord = NoWord - 1 }), "BLMXParams.DoneWord"},
+	} {
+		if err := c.p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}

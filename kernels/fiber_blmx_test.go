@@ -1,0 +1,274 @@
+package kernels
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"lithos/formats"
+)
+
+// The MMA-layout kernels (ops/blmx.kern) in the fiber runtime's tensor-core build: their data
+// flow — the copy's lane order and bit placement (BLMXCopy), the f16 decode, the activations'
+// per-token scale and two-piece split, the work split over clusters, simdgroups and groups of
+// items, the slots and their reduction — checked against the CPU backend on random matrices;
+// the hardware MMA and the real cluster launch on the GPU only (runtime/backend/cuda).
+
+// blmxRun runs one lithos_blmx_* launch of record p over c's copy and returns y (rows × outN,
+// poisoned before unless y0 is given).
+func blmxRun(t *testing.T, p BLMXParams, c blmCase, x []float32, rows, outN int, y0 []float32) []float32 {
+	t.Helper()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := BLMXCopy(c.g, c.packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kern, err := BLMXKernel(c.g.Format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j job
+	y := 0
+	if y0 != nil {
+		y = j.f32(y0)
+	} else {
+		y = j.poison(rows * outN)
+	}
+	j.launchCluster(t, kern, p.Grid(), p.ClusterDims()[0], j.buf(zeroCtl), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x), y)
+	r, err := j.runSchedules(t, mmaFiberExe(t))
+	if err != nil {
+		t.Fatalf("fiber run: %v", err)
+	}
+	return bytesF32(r[y])
+}
+
+// blmxBound is the bound of blmCase.bound plus the activations' split: each product's
+// activation is exact to 2⁻²² of itself, so 2⁻²¹·|s_n|·Σ_k |W[n,k]·x[t,k]| more.
+func blmxBound(c blmCase, x []float32, rows int) []float64 {
+	b := c.bound(x, rows)
+	// bound is 2γ_h·|s|·Σ|Wx| with γ_h ≈ h·2⁻²⁴: recover Σ and add the split's share.
+	h := float64(c.g.K + 64)
+	gam := h * 0x1p-24 / (1 - h*0x1p-24)
+	for i := range b {
+		b[i] += b[i] / (2 * gam) * 0x1p-21
+	}
+	return b
+}
+
+func checkBLMX(t *testing.T, what string, got, want []float32, bound []float64) {
+	t.Helper()
+	worst := 0.0
+	for i := range want {
+		d := math.Abs(float64(got[i]) - float64(want[i]))
+		if math.IsNaN(float64(got[i])) || d > bound[i]+1e-30 {
+			t.Fatalf("%s: y[%d] = %g, want %g: |Δ| %.3g > bound %.3g", what, i, got[i], want[i], d, bound[i])
+		}
+		worst = max(worst, d/(bound[i]+1e-30))
+	}
+	t.Logf("%s: worst |Δ| at %.3f of the bound", what, worst)
+}
+
+// TestFiberBLMX: shapes with N not a multiple of 16 and K not a multiple of a chunk (zero
+// padding), each row count in one and two tiles, every cluster size, against the CPU backend.
+func TestFiberBLMX(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	type shape struct {
+		f     formats.Format
+		n, k  int64
+		lanes int
+	}
+	for _, sh := range []shape{
+		{formats.NVFP4, 40, 2048, 0}, // 32 chunks per block
+		{formats.NVFP4, 17, 336, 32}, // 6 chunks, padded to 8; N = 17: a block of one row
+		{formats.FP8, 33, 1000, 0},   // 32 chunks (31.25 of columns)
+		{formats.FP8, 64, 256, 0},
+	} {
+		c := newBLMCase(t, r, sh.f, sh.n, sh.k, sh.lanes, false)
+		k, n := int(sh.k), int(sh.n)
+		m, err := c.ref.All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// (rows, cluster size, clusters)
+		for _, cs := range [][3]int{{1, 1, 2}, {3, 2, 2}, {8, 4, 1}, {8, 1, 3}, {11, 2, 1}, {16, 8, 1}} {
+			rows, cl, groups := cs[0], cs[1], cs[2]
+			t.Run(fmt.Sprintf("%s_%dx%d_rows%d_cl%d_g%d", sh.f, n, k, rows, cl, groups), func(t *testing.T) {
+				p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 4, MaxCluster: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := p.trySplit(cl, groups); !ok {
+					// Refused only when some K part would get no step of chunks.
+					if int(p.Chunks) > (cl-1)*((int(p.Chunks)+cl-1)/cl+BLMXGroup-1)/BLMXGroup*BLMXGroup {
+						t.Fatalf("trySplit refused clusters of %d for %d chunks", cl, p.Chunks)
+					}
+					t.Logf("clusters of %d for %d chunks: refused, as it must be (a K part without chunks)", cl, p.Chunks)
+					return
+				}
+				x := randVec(r, rows*k, 1)
+				want := make([]float32, rows*n)
+				if err := m.Mul(want, x, rows); err != nil {
+					t.Fatal(err)
+				}
+				got := blmxRun(t, p, c, x, rows, n, nil)
+				checkBLMX(t, "store", got, want, blmxBound(c, x, rows))
+			})
+		}
+	}
+}
+
+// TestFiberBLMXRowsInvariant: a token's outputs do not depend on the launch's other rows, its
+// row count or its tile (bit for bit), for every cluster size: a verify pass of 8 rows and a
+// decode step of 1 give the same logits.
+func TestFiberBLMXRowsInvariant(t *testing.T) {
+	r := rand.New(rand.NewPCG(43, 44))
+	for _, f := range []formats.Format{formats.NVFP4, formats.FP8} {
+		c := newBLMCase(t, r, f, 48, 512, 0, false)
+		k, n := int(c.g.K), int(c.g.N)
+		x := randVec(r, 16*k, 2)
+		for _, cl := range []int{1, 2} {
+			var ref [][]float32 // ref[t]: token t alone in a 1-row launch
+			for _, rows := range []int{1, 3, 8, 16} {
+				p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 4, MaxCluster: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := p.trySplit(cl, 2); !ok {
+					t.Fatalf("no split with clusters of %d", cl)
+				}
+				if rows == 1 {
+					for tt := 0; tt < 16; tt++ {
+						ref = append(ref, blmxRun(t, p, c, x[tt*k:(tt+1)*k], 1, n, nil))
+					}
+					continue
+				}
+				got := blmxRun(t, p, c, x[:rows*k], rows, n, nil)
+				for tt := 0; tt < rows; tt++ {
+					for i := 0; i < n; i++ {
+						if math.Float32bits(got[tt*n+i]) != math.Float32bits(ref[tt][i]) {
+							t.Fatalf("%s, clusters of %d, %d rows: y[%d, %d] = %g, the 1-row launch of token %d gave %g", f, cl, rows, tt, i, got[tt*n+i], tt, ref[tt][i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestFiberBLMXEpilogues: the add and SwiGLU epilogues, in one tile and two, with clusters.
+func TestFiberBLMXEpilogues(t *testing.T) {
+	r := rand.New(rand.NewPCG(45, 46))
+	c := newBLMCase(t, r, formats.NVFP4, 48, 512, 0, true)
+	k, n := int(c.g.K), int(c.g.N)
+	m, _ := c.ref.All()
+	for _, rc := range [][2]int{{3, 1}, {13, 2}} {
+		rows, cl := rc[0], rc[1]
+		x := randVec(r, rows*k, 1)
+		full := make([]float32, rows*n)
+		if err := m.Mul(full, x, rows); err != nil {
+			t.Fatal(err)
+		}
+		bound := blmxBound(c, x, rows)
+		t.Run(fmt.Sprintf("rows%d_cl%d", rows, cl), func(t *testing.T) {
+			res := randVec(r, rows*n, 3)
+			p, err := NewBLMXParams(c.g, rows, EpiAdd, BLMXDevice{SMs: 2, MaxCluster: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.trySplit(cl, 1)
+			got := blmxRun(t, p, c, x, rows, n, slices.Clone(res))
+			want := make([]float32, len(res))
+			for i := range want {
+				want[i] = res[i] + full[i]
+				bound[i] += 2e-7 * math.Abs(float64(want[i]))
+			}
+			checkBLMX(t, "add", got, want, bound)
+			half := n / 2
+			ps, err := NewBLMXParams(c.g, rows, EpiSwiGLU, BLMXDevice{SMs: 2, MaxCluster: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps.trySplit(cl, 1)
+			gs := blmxRun(t, ps, c, x, rows, half, nil)
+			for tt := range rows {
+				for o := range half {
+					b, i := o/8, o%8
+					g64, u64 := float64(full[tt*n+16*b+i]), float64(full[tt*n+16*b+8+i])
+					silu := g64 / (1 + math.Exp(-g64))
+					want := silu * u64
+					lim := 1.1*math.Abs(u64)*bound[tt*n+16*b+i] + math.Abs(silu)*bound[tt*n+16*b+8+i] + 1e-6*math.Abs(want) + 1e-30
+					if d := math.Abs(float64(gs[tt*half+o]) - want); math.IsNaN(float64(gs[tt*half+o])) || d > lim {
+						t.Fatalf("swiglu[%d, %d] = %g, want %g (|Δ| %.3g > %.3g)", tt, o, gs[tt*half+o], want, d, lim)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestFiberBLMXDynamicRowsAndGuard: a row count read from the step state writes those rows
+// only (a tile with none leaves at once); a record with clusters launched without them writes
+// nothing and reports GuardBLMCluster.
+func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
+	r := rand.New(rand.NewPCG(47, 48))
+	c := newBLMCase(t, r, formats.FP8, 32, 512, 0, false)
+	k, n := int(c.g.K), int(c.g.N)
+	m, _ := c.ref.All()
+	cp, err := BLMXCopy(c.g, c.packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kern, _ := BLMXKernel(formats.FP8)
+	const rowsW, doneW = 5, 10
+	x := randVec(r, 16*k, 1)
+	for _, dyn := range []uint32{5, 9} {
+		p, err := NewBLMXParams(c.g, 16, EpiStore, BLMXDevice{SMs: 2, MaxCluster: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.RowsWord = rowsW
+		ctl := make([]uint32, 64)
+		ctl[rowsW] = dyn
+		var j job
+		y := j.buf(canary(4 * 16 * n))
+		j.launchCluster(t, kern, p.Grid(), p.ClusterDims()[0], j.buf(u32Bytes(ctl)), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x), y)
+		res, err := j.runSchedules(t, mmaFiberExe(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := bytesF32(res[y])
+		want := make([]float32, int(dyn)*n)
+		if err := m.Mul(want, x[:int(dyn)*k], int(dyn)); err != nil {
+			t.Fatal(err)
+		}
+		checkBLMX(t, fmt.Sprintf("%d dynamic rows", dyn), got[:int(dyn)*n], want, blmxBound(c, x[:int(dyn)*k], int(dyn)))
+		if !bytes.Equal(res[y][4*int(dyn)*n:], canary(4 * 16 * n)[4*int(dyn)*n:]) {
+			t.Fatalf("%d dynamic rows: rows past them were written", dyn)
+		}
+	}
+	p, err := NewBLMXParams(c.g, 3, EpiStore, BLMXDevice{SMs: 2, MaxCluster: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.trySplit(2, 1)
+	p.DoneWord = doneW
+	var j job
+	ctlB := j.buf(make([]byte, 256))
+	y := j.buf(canary(4 * 3 * n))
+	j.launch(t, kern, p.Grid(), ctlB, j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x[:3*k]), y)
+	res, err := j.runSchedules(t, mmaFiberExe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctl := bytesU32(res[ctlB]); ctl[doneW] != 1 || ctl[doneW+1] != GuardBLMCluster {
+		t.Fatalf("clusters of 2 launched without: Done %d, Error %d, want 1, GuardBLMCluster", ctl[doneW], ctl[doneW+1])
+	}
+	if !bytes.Equal(res[y], canary(4*3*n)) {
+		t.Fatal("y was written")
+	}
+}
