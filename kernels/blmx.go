@@ -196,7 +196,8 @@ func blmxBlock(g blm.Geometry, r blm.Rows, n int64, dst []byte, nch, ks, cb int6
 // BLMXDevice is what the MMA-layout work split needs of a GPU: its multiprocessors (one
 // threadgroup each: BLMXShared), the largest thread-block cluster it launches (1: none), and
 // per cluster size c, Active[c], how many clusters of c such threadgroups run at once (CUDA
-// cuOccupancyMaxActiveClusters; 0: unknown, taken as SMs/c).
+// cuOccupancyMaxActiveClusters; 0: unknown, taken as SMs/c; negative: none, the size is not
+// used).
 type BLMXDevice struct {
 	SMs        int
 	MaxCluster int
@@ -336,7 +337,10 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 			continue
 		}
 		groups := d.Active[c]
-		if groups <= 0 {
+		if groups < 0 {
+			continue
+		}
+		if groups == 0 {
 			groups = d.SMs / c
 		}
 		q := p

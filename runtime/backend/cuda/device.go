@@ -53,9 +53,10 @@ type Info struct {
 
 // LaunchesClusters reports whether kernels can be launched in thread-block clusters here:
 // compute 9.0 or newer with CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, a driver with cuLaunchKernelEx,
-// and not the emulator (whose kernels are the Metal source, without cluster code).
+// and not the emulator unless it runs the tensor-core build (whose fiber runtime runs
+// clusters; the plain Metal source has no cluster code).
 func (d *Device) LaunchesClusters() bool {
-	return d.Info.Major >= 9 && d.Info.ClusterLaunch && drv.cuLaunchKernelEx.addr != 0 && emu == nil
+	return d.Info.Major >= 9 && d.Info.ClusterLaunch && drv.cuLaunchKernelEx.addr != 0 && (emu == nil || emu.tensorCore())
 }
 
 // Arch returns the NVRTC architecture of the device, "sm_" + major + minor (sm_90 on the H200).

@@ -69,7 +69,7 @@ var drv struct {
 	cuCtxSetCurrent, cuMemGetInfo, cuMemAlloc, cuMemFree, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync,
 	cuMemcpyDtoDAsync, cuMemsetD32Async, cuMemsetD8Async, cuMemHostAlloc, cuMemFreeHost,
 	cuMemHostGetDevicePointer, cuModuleLoadData, cuModuleUnload, cuModuleGetFunction,
-	cuFuncSetAttribute, cuFuncGetAttribute, cuLaunchKernel, cuLaunchKernelEx, cuStreamCreate, cuStreamDestroy,
+	cuFuncSetAttribute, cuFuncGetAttribute, cuLaunchKernel, cuLaunchKernelEx, cuOccupancyMaxActiveClusters, cuStreamCreate, cuStreamDestroy,
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventQuery, cuEventElapsedTime,
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch,
 	cuGraphExecDestroy, cuGraphDestroy, cuGraphGetNodes, cuGetErrorName, cuGetErrorString fn
@@ -162,6 +162,11 @@ func loadDriverFrom(path string) error {
 	// kernels keep their cluster-free work split) instead of refusing the driver.
 	if a, err := purego.Dlsym(h, "cuLaunchKernelEx"); err == nil && a != 0 {
 		drv.cuLaunchKernelEx = fn{name: "cuLaunchKernelEx", addr: a}
+	}
+	// Likewise cuOccupancyMaxActiveClusters: without it the MMA-layout split assumes every
+	// multiprocessor holds a threadgroup of a cluster (Function.MaxActiveClusters).
+	if a, err := purego.Dlsym(h, "cuOccupancyMaxActiveClusters"); err == nil && a != 0 {
+		drv.cuOccupancyMaxActiveClusters = fn{name: "cuOccupancyMaxActiveClusters", addr: a}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("cuda: %s lacks %s: the NVIDIA driver is too old (lithos needs CUDA %d.%d or newer)",

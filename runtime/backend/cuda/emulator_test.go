@@ -165,8 +165,13 @@ func (e *cpuEmulator) call(name string, a []uintptr) uintptr {
 		n := copy(e.bytes(a[0], a[1]-1), "lithos CPU emulator (fiber runtime)")
 		*at[byte](a[0] + uintptr(n)) = 0
 	case "cuDeviceGetAttribute":
-		v := map[uintptr]int32{attrMaxThreadsPerBlock: 1024, attrMultiprocessorCount: 1, attrL2CacheSize: 1 << 20,
+		// Eight multiprocessors, so that the MMA-layout split has clusters to spread over;
+		// cluster launches in the tensor-core build, whose fiber runtime runs clusters.
+		v := map[uintptr]int32{attrMaxThreadsPerBlock: 1024, attrMultiprocessorCount: 8, attrL2CacheSize: 1 << 20,
 			attrUnifiedAddressing: 1, attrComputeMajor: 9, attrComputeMinor: 0, attrMaxSharedOptin: 227 << 10}[a[1]]
+		if a[1] == attrClusterLaunch && e.tensorCore() {
+			v = 1
+		}
 		*at[int32](a[0]) = v
 	case "cuDeviceTotalMem":
 		*at[uint64](a[0]) = fiberexec.ArenaSize
@@ -248,6 +253,30 @@ func (e *cpuEmulator) call(name string, a []uintptr) uintptr {
 			op.args = append(op.args, v)
 		}
 		return e.enqueue(a[8], op)
+	case "cuLaunchKernelEx":
+		// CUlaunchConfig (module.go launchConfig) with one attribute: the cluster dimension.
+		cfg := at[launchConfig](a[0])
+		ki := int(a[1]) - 1
+		if ki < 0 || ki >= len(e.kernels) || a[3] != 0 || cfg.numAttrs != 1 {
+			return errInvalidValue
+		}
+		attr := at[launchAttr](cfg.attrs)
+		if attr.id != attrClusterDimension || attr.val[1] != 1 || attr.val[2] != 1 || attr.val[0] == 0 || cfg.gridX%attr.val[0] != 0 {
+			return errInvalidValue
+		}
+		k := e.kernels[ki]
+		if int(cfg.blockX) != k.Threads || cfg.blockY != 1 || cfg.blockZ != 1 || int(cfg.shared) != k.Shared {
+			return errInvalidValue
+		}
+		op := emuOp{kind: 0, kernel: ki, grid: [3]uint32{cfg.gridX, cfg.gridY, cfg.gridZ}, threads: cfg.blockX, cluster: attr.val[0]}
+		for i := 0; i < 2+len(k.Buffers); i++ {
+			v := *at[uint64](*at[uintptr](a[2] + 8*uintptr(i)))
+			if !e.inArena(uintptr(v), 4) {
+				return errInvalidValue
+			}
+			op.args = append(op.args, v)
+		}
+		return e.enqueue(cfg.stream, op)
 	case "cuStreamCreate":
 		h := e.handle()
 		e.streams[h] = &emuStream{}

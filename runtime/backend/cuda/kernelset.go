@@ -94,6 +94,17 @@ func (ks *Kernels) Launch(s *Stream, name string, grid [3]uint32, ctl, prm uint6
 	return ks.launch(s, name, grid, [3]uint32{}, ctl, prm, bufs)
 }
 
+// MaxActiveClusters returns how many clusters of cluster threadgroups of kernel name run at
+// once with its Threads and Shared bytes (Function.MaxActiveClusters; 0: the driver does not
+// say). Errors: an unknown kernel, the driver's.
+func (ks *Kernels) MaxActiveClusters(name string, cluster int) (int, error) {
+	e, ok := ks.fns[name]
+	if !ok {
+		return 0, fmt.Errorf("cuda: no kernel %s in the module", name)
+	}
+	return e.f.MaxActiveClusters(D1(e.k.Threads), Dim3{uint32(cluster), 1, 1}, e.k.Shared)
+}
+
 // LaunchCluster is Launch in thread-block clusters of cluster threadgroups (Function.LaunchCluster).
 func (ks *Kernels) LaunchCluster(s *Stream, name string, grid, cluster [3]uint32, ctl, prm uint64, bufs ...uint64) error {
 	if cluster[0] == 0 || cluster[1] == 0 || cluster[2] == 0 {

@@ -149,6 +149,31 @@ type launchConfig struct {
 	_                      uint32
 }
 
+// MaxActiveClusters returns how many clusters of cluster threadgroups of block threads and
+// shared bytes of dynamic shared memory run on the device at once (cuOccupancyMaxActiveClusters),
+// 0 when the driver does not say (no such entry point). Errors: the driver's.
+func (f *Function) MaxActiveClusters(block, cluster Dim3, shared int) (int, error) {
+	if drv.cuOccupancyMaxActiveClusters.addr == 0 {
+		return 0, nil
+	}
+	at := &launchAttr{id: attrClusterDimension}
+	at.val[0], at.val[1], at.val[2] = cluster.X, cluster.Y, cluster.Z
+	cfg := &launchConfig{gridX: cluster.X, gridY: cluster.Y, gridZ: cluster.Z, blockX: block.X, blockY: block.Y, blockZ: block.Z,
+		shared: uint32(shared), attrs: uintptr(unsafe.Pointer(at)), numAttrs: 1}
+	var n int32
+	var pin runtime.Pinner
+	pin.Pin(at)
+	pin.Pin(cfg)
+	defer pin.Unpin()
+	err := f.d.do(func() error {
+		return call(drv.cuOccupancyMaxActiveClusters, uintptr(unsafe.Pointer(&n)), f.h, uintptr(unsafe.Pointer(cfg)))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cuda: %s: clusters of %v: %w", f.Name, cluster, err)
+	}
+	return int(n), nil
+}
+
 type launchAttr struct {
 	id  uint32
 	_   uint32

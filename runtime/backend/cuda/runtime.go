@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"lithos/formats"
 	"lithos/kernels"
 	"lithos/runtime/backend/gpu"
 
@@ -56,8 +57,16 @@ func describe(info Info) string {
 	if os.Getenv("LITHOS_CUDA_CLUSTERS") == "0" {
 		s += ", clusters off"
 	}
+	if mmaLayoutOn() {
+		s += ", MMA layout"
+	}
 	return s
 }
+
+// mmaLayoutOn reports LITHOS_CUDA_MMA=1: the target's NVFP4 and FP8 matrices are rewritten into
+// the MMA layout at load and multiplied by lithos_blmx_* (runtimeDevice.MMALayout). Opt-in until
+// those kernels are measured on the H200 (docs/performance.md §3.3j).
+func mmaLayoutOn() bool { return os.Getenv("LITHOS_CUDA_MMA") == "1" }
 
 // UploadStaged asks the kernel to read the mapping ahead (it is read once, front to back),
 // then stages it through pinned memory (Device.UploadStaged).
@@ -86,6 +95,32 @@ func (r *runtimeDevice) NewQueue() (gpu.Queue, error) {
 // runs that path (LITHOS_CUDA_EMULATE_MMA=1), or with LITHOS_CUDA_FRAGMENT=0 (A/B runs).
 func (r *runtimeDevice) FragmentLayout() bool {
 	return (emu == nil || emu.tensorCore()) && os.Getenv("LITHOS_CUDA_FRAGMENT") != "0"
+}
+
+// MMALayout implements gpu.MMALayouter: with LITHOS_CUDA_MMA=1 on compute 8.9 or newer (the
+// kernels convert E4M3 with cvt.rn.f16x2.e4m3x2; on the emulator only in its tensor-core
+// build), the device for the MMA-layout work split: its multiprocessors, clusters of up to
+// kernels.BLMMaxClusters when its queues launch them (else 1), and per cluster size the
+// clusters that run at once (cuOccupancyMaxActiveClusters; a failed query leaves it to the
+// multiprocessor count).
+func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
+	if !mmaLayoutOn() || r.d.Info.Major*10+r.d.Info.Minor < 89 || (emu != nil && !emu.tensorCore()) {
+		return kernels.BLMXDevice{}, false
+	}
+	dev := kernels.BLMXDevice{SMs: r.d.Info.SMs, MaxCluster: 1}
+	if r.d.LaunchesClusters() && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0" {
+		dev.MaxCluster = kernels.BLMMaxClusters
+		name, _ := kernels.BLMXKernel(formats.NVFP4)
+		for c := 2; c <= kernels.BLMMaxClusters; c *= 2 {
+			if n, err := r.ks.MaxActiveClusters(name, c); err == nil {
+				dev.Active[c] = n
+				if n == 0 {
+					dev.Active[c] = -1 // none fits
+				}
+			}
+		}
+	}
+	return dev, true
 }
 
 // ReadBandwidthGBs is the median of 5 reads of 4 GiB (many times the L2) with the device-check

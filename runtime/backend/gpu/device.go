@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 	"unsafe"
+
+	"lithos/kernels"
 )
 
 // ErrDeviceBusy is wrapped by a device's error when work it was given may still be running
@@ -95,6 +97,16 @@ type Queue interface {
 // docs/performance.md §3.3i has the measurements (7–8 % faster 8-row products, 10–21 % 1-row).
 type FragmentLayouter interface {
 	FragmentLayout() bool
+}
+
+// MMALayouter is a Device that runs the MMA-layout matrix kernels (kernels.BLMXCopy,
+// lithos_blmx_*: CUDA sm_90 with thread-block clusters). Optional: when MMALayout reports true,
+// LoadTarget rewrites each target NVFP4 and FP8 matrix whose copy fits its packed bytes into
+// that layout after the upload (Matrix.Layout BLMLayoutMMA) and the programs multiply it with
+// kernels.BLMXParams records split for dev (its multiprocessors and clusters); the other
+// matrices keep the BLM or fragment-major layout. docs/performance.md §3.3j.
+type MMALayouter interface {
+	MMALayout() (dev kernels.BLMXDevice, ok bool)
 }
 
 // ClusterQueue is a Queue that also launches thread-block clusters (CUDA sm_90): the BLM

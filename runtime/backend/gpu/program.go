@@ -348,6 +348,22 @@ func (e *emitter) mm(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uint
 		e.b.err = err
 		return
 	}
+	if m.Layout == kernels.BLMLayoutMMA {
+		r, err := kernels.NewBLMXParams(m.Geometry, rows, epi, e.s.t.MMA)
+		if err != nil {
+			e.b.err = fmt.Errorf("%s: %w", m.Name, err)
+			return
+		}
+		r.DoneWord, r.RowsWord = e.done, rowsWord
+		if ldx > 0 {
+			r.LdX = uint32(ldx)
+		}
+		if ldy > 0 {
+			r.LdY = uint32(ldy)
+		}
+		e.b.add(name, r, r.Grid(), m.Ptr, m.Scales, x, y)
+		return
+	}
 	r, err := kernels.NewBLMParams(m.Geometry, rows, epi)
 	if err != nil {
 		e.b.err = fmt.Errorf("%s: %w", m.Name, err)

@@ -22,21 +22,27 @@ import (
 )
 
 // Matrix is a BLM-packed tensor of the bundle in device memory: Ptr is its packed bytes
-// (Geometry.TotalBytes, in the BLM layout or rewritten fragment-major in the same bytes: Layout)
-// inside the uploaded weights, Scales its row-scale table right after them.
+// (Geometry.TotalBytes, in the BLM layout or rewritten in the same bytes fragment-major or in
+// the MMA layout: Layout) inside the uploaded weights, Scales its row-scale table right after
+// them.
 type Matrix struct {
 	Name        string
 	Geometry    blm.Geometry
 	Stack       blm.Stack
 	Ptr, Scales uint64
 	// Layout is how the device holds the packed bytes: kernels.BLMLayoutBLM as in the bundle,
-	// or kernels.BLMLayoutFragment (the fragment-major copy, on devices that read it:
-	// FragmentLayouter), in the same bytes.
+	// kernels.BLMLayoutFragment (the fragment-major copy, on devices that read it:
+	// FragmentLayouter) or kernels.BLMLayoutMMA (kernels.BLMXCopy: MMALayouter), in the same
+	// bytes.
 	Layout uint32
 }
 
-// Kernel returns the BLM kernel for rows activation rows of this matrix's format and layout.
+// Kernel returns the matrix kernel for rows activation rows of this matrix's format and layout:
+// a BLM kernel, or the MMA-layout kernel of its format.
 func (m *Matrix) Kernel(rows int) (string, error) {
+	if m.Layout == kernels.BLMLayoutMMA {
+		return kernels.BLMXKernel(m.Geometry.Format)
+	}
 	return kernels.BLMKernelLayout(m.Geometry.Format, rows, m.Layout)
 }
 
@@ -57,6 +63,9 @@ type Target struct {
 
 	Upload UploadStats // the weights upload
 	Load   time.Duration
+	// MMA is the device the MMA-layout matrices' work split is made for (MMALayouter); zero
+	// when no matrix has Layout BLMLayoutMMA.
+	MMA kernels.BLMXDevice
 	owned  bool      // Close also closes the device (Load)
 	pfx    string    // error prefix: the device's name in lower case ("cuda")
 	drafts []*DSpark // draft heads bound by LoadDraft (Close frees their buffers)
@@ -149,11 +158,21 @@ func LoadTarget(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error
 		t.Close()
 		return nil, err
 	}
-	if fl, ok := d.(FragmentLayouter); ok && fl.FragmentLayout() {
-		if err := t.repackFragment(ctx, b.Weights()); err != nil {
+	var mma, frag bool
+	if ml, ok := d.(MMALayouter); ok {
+		t.MMA, mma = ml.MMALayout()
+	}
+	if fl, ok := d.(FragmentLayouter); ok {
+		frag = fl.FragmentLayout()
+	}
+	if mma || frag {
+		if err := t.repack(ctx, b.Weights(), mma, frag); err != nil {
 			t.Close()
 			return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
 		}
+	}
+	if !mma {
+		t.MMA = kernels.BLMXDevice{}
 	}
 	for _, mx := range t.mats {
 		mx.Ptr += t.Weights.Ptr
@@ -317,18 +336,27 @@ func (t *Target) Close() error {
 // (generate.BandwidthMeter).
 func (t *Target) ReadBandwidthGBs() (float64, error) { return t.Device.ReadBandwidthGBs() }
 
-// fragmentStage is the pinned staging buffer of repackFragment: 32 MiB.
+// mmaSplits reports whether the MMA-layout kernels have a work split for g on dev (the split
+// does not depend on the row count or the epilogue).
+func mmaSplits(g blm.Geometry, dev kernels.BLMXDevice) bool {
+	_, err := kernels.NewBLMXParams(g, 1, kernels.EpiStore, dev)
+	return err == nil
+}
+
+// fragmentStage is the pinned staging buffer of repack: 32 MiB.
 const fragmentStage = 32 << 20
 
-// repackFragment rewrites every target matrix that has a fragment-major copy
+// repack rewrites target matrices in place in t.Weights, which holds w (weights.bin) as
+// uploaded (a device copy: UploadStaged made it): with mma every NVFP4 and FP8 matrix whose
+// MMA-layout copy (kernels.BLMXCopy) fits its packed bytes and that has a work split on t.MMA
+// into that layout (Layout BLMLayoutMMA), with frag every other matrix that has a fragment-major copy
 // (kernels.BLMFragmentMajor: NVFP4 with stripes of whole groups, FP8, BF16, and no larger than
-// the packed bytes) in place in t.Weights, which holds w (weights.bin) as uploaded (a device
-// copy: UploadStaged made it), and marks it Layout BLMLayoutFragment; the others keep the BLM
-// layout. One matrix at a time (host memory: one matrix's copy and the staging buffer),
-// through a pinned staging buffer, each chunk awaited. Called before the matrices' Ptr are
-// made device addresses (they are still weights.bin offsets). A wait that ends with
-// ErrDeviceBusy marks the target busy (Close keeps its memory) and keeps the staging buffer.
-func (t *Target) repackFragment(ctx context.Context, w []byte) error {
+// the packed bytes) into that one (BLMLayoutFragment); the others keep the BLM layout. One
+// matrix at a time (host memory: one matrix's copy and the staging buffer), through a pinned
+// staging buffer, each chunk awaited. Called before the matrices' Ptr are made device
+// addresses (they are still weights.bin offsets). A wait that ends with ErrDeviceBusy marks the
+// target busy (Close keeps its memory) and keeps the staging buffer.
+func (t *Target) repack(ctx context.Context, w []byte, mma, frag bool) error {
 	names := make([]string, 0, len(t.mats))
 	for name := range t.mats {
 		names = append(names, name)
@@ -339,28 +367,44 @@ func (t *Target) repackFragment(ctx context.Context, w []byte) error {
 	defer func() {
 		if q != nil {
 			if err := q.Close(); err != nil {
-				slog.Warn("fragment-major copies: close the queue", "err", err)
+				slog.Warn("weight copies: close the queue", "err", err)
 			}
 		}
 		if host != nil {
 			if err := host.Free(); err != nil {
-				slog.Warn("fragment-major copies: free the staging buffer", "err", err)
+				slog.Warn("weight copies: free the staging buffer", "err", err)
 			}
 		}
 	}()
 	for _, name := range names {
 		mx := t.mats[name]
 		off := int64(mx.Ptr)
-		fm, err := kernels.BLMFragmentMajor(mx.Geometry, w[off:off+mx.Geometry.TotalBytes])
-		if err != nil {
-			continue // the BLM layout, as stored
+		src := w[off : off+mx.Geometry.TotalBytes]
+		var fm []byte
+		layout, kind := uint32(kernels.BLMLayoutMMA), "MMA-layout"
+		if mma && kernels.BLMXCopyBytes(mx.Geometry) > 0 && kernels.BLMXCopyBytes(mx.Geometry) <= mx.Geometry.TotalBytes && mmaSplits(mx.Geometry, t.MMA) {
+			var err error
+			if fm, err = kernels.BLMXCopy(mx.Geometry, src); err != nil {
+				return fmt.Errorf("tensor %s: %w", name, err)
+			}
+		}
+		if fm == nil && frag {
+			layout, kind = kernels.BLMLayoutFragment, "fragment-major"
+			var err error
+			if fm, err = kernels.BLMFragmentMajor(mx.Geometry, src); err != nil {
+				continue // the BLM layout, as stored
+			}
+		}
+		if fm == nil {
+			continue
 		}
 		if q == nil {
+			var err error
 			if q, err = t.Device.NewQueue(); err != nil {
-				return fmt.Errorf("fragment-major copies: %w", err)
+				return fmt.Errorf("weight copies: %w", err)
 			}
 			if host, err = t.Device.HostAlloc(fragmentStage, false); err != nil {
-				return fmt.Errorf("fragment-major copies: staging: %w", err)
+				return fmt.Errorf("weight copies: staging: %w", err)
 			}
 		}
 		for c := 0; c < len(fm); c += fragmentStage {
@@ -369,17 +413,17 @@ func (t *Target) repackFragment(ctx context.Context, w []byte) error {
 			}
 			n := copy(host.Bytes, fm[c:])
 			if err := q.CopyHtoD(t.Weights, off+int64(c), host, 0, int64(n)); err != nil {
-				return fmt.Errorf("tensor %s: fragment-major copy: %w", name, err)
+				return fmt.Errorf("tensor %s: %s copy: %w", name, kind, err)
 			}
 			if err := q.Wait(0); err != nil {
 				if errors.Is(err, ErrDeviceBusy) {
 					host = nil // the copy may still read it
 					t.markBusy(err)
 				}
-				return fmt.Errorf("tensor %s: fragment-major copy: %w", name, err)
+				return fmt.Errorf("tensor %s: %s copy: %w", name, kind, err)
 			}
 		}
-		mx.Layout = kernels.BLMLayoutFragment
+		mx.Layout = layout
 	}
 	return nil
 }

@@ -84,3 +84,60 @@ func devBytes(t *testing.T, d *emuDevice, addr uint64, n int) []byte {
 	}
 	return out[:n]
 }
+
+// mmaDevice is the emulated device claiming the MMA layout as well (gpu.MMALayouter, 8
+// multiprocessors, clusters of 8) — only to check LoadTarget's repack, as fragDevice.
+type mmaDevice struct{ *emuDevice }
+
+func (mmaDevice) FragmentLayout() bool { return true }
+func (mmaDevice) MMALayout() (kernels.BLMXDevice, bool) {
+	return kernels.BLMXDevice{SMs: 8, MaxCluster: kernels.BLMMaxClusters}, true
+}
+
+// TestMMARepack: on a device that reads the MMA layout, LoadTarget rewrites every NVFP4 and FP8
+// target matrix whose copy fits into it (device bytes kernels.BLMXCopy of the bundle's, then
+// the rest as uploaded; kernel lithos_blmx_*), every other matrix fragment-major; Target.MMA is
+// the device's description.
+func TestMMARepack(t *testing.T) {
+	b := emuBundle(t, "b")
+	w := b.Weights()
+	d := newEmuDevice(t)
+	tg, err := gpu.LoadTarget(t.Context(), mmaDevice{d}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	if tg.MMA.SMs != 8 || tg.MMA.MaxCluster != kernels.BLMMaxClusters {
+		t.Fatalf("Target.MMA %+v", tg.MMA)
+	}
+	mma := 0
+	for _, name := range tg.MatrixNames() {
+		mx, _ := tg.Matrix(name)
+		off := int64(mx.Ptr - tg.Weights.Ptr)
+		orig := w[off : off+mx.Geometry.TotalBytes]
+		got := devBytes(t, d, mx.Ptr, len(orig))
+		want, wantLayout := orig, uint32(kernels.BLMLayoutBLM)
+		if cp, err := kernels.BLMXCopy(mx.Geometry, orig); err == nil {
+			want, wantLayout = append(cp, orig[len(cp):]...), kernels.BLMLayoutMMA
+			mma++
+		} else if fm, err := kernels.BLMFragmentMajor(mx.Geometry, orig); err == nil {
+			want, wantLayout = append(fm, orig[len(fm):]...), kernels.BLMLayoutFragment
+		}
+		if mx.Layout != wantLayout || !bytes.Equal(got, want) {
+			t.Fatalf("%s (%s): layout %d (want %d), device bytes as expected: %v", name, mx.Geometry.Format, mx.Layout, wantLayout, bytes.Equal(got, want))
+		}
+		k, err := mx.Kernel(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantLayout == kernels.BLMLayoutMMA {
+			if wk, _ := kernels.BLMXKernel(mx.Geometry.Format); k != wk {
+				t.Fatalf("%s: kernel %s, want %s", name, k, wk)
+			}
+		}
+	}
+	if mma == 0 {
+		t.Fatal("no matrix was rewritten into the MMA layout")
+	}
+	t.Logf("%d of %d matrices in the MMA layout", mma, len(tg.MatrixNames()))
+}
