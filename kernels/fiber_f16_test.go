@@ -118,4 +118,3 @@ func TestFiberF16Emulation(t *testing.T) {
 		}
 	}
 }
-

@@ -65,7 +65,7 @@ type Target struct {
 	Load   time.Duration
 	// MMA is the device the MMA-layout matrices' work split is made for (MMALayouter); zero
 	// when no matrix has Layout BLMLayoutMMA.
-	MMA kernels.BLMXDevice
+	MMA    kernels.BLMXDevice
 	owned  bool      // Close also closes the device (Load)
 	pfx    string    // error prefix: the device's name in lower case ("cuda")
 	drafts []*DSpark // draft heads bound by LoadDraft (Close frees their buffers)
