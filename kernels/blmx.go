@@ -344,7 +344,7 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 			groups = d.SMs / c
 		}
 		q := p
-		if cost, ok := q.trySplit(c, groups); ok && (best < 0 || cost < best) {
+		if cost, ok := q.TrySplit(c, groups); ok && (best < 0 || cost < best) {
 			best, split = cost, q
 		}
 	}
@@ -355,10 +355,11 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 	return p, nil
 }
 
-// trySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks)
-// and returns its estimated cost (NewBLMXParams); false when the split leaves a K part without
-// chunks or its threadgroup memory does not fit BLMXShared.
-func (p *BLMXParams) trySplit(c, groups int) (int64, bool) {
+// TrySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks)
+// and returns its estimated cost (NewBLMXParams' model); false, p unchanged, when the split
+// leaves a K part without chunks or its threadgroup memory does not fit BLMXShared. For tests
+// and benchmarks that try other splits than NewBLMXParams chooses.
+func (p *BLMXParams) TrySplit(c, groups int) (int64, bool) {
 	if c < 1 || c > BLMMaxClusters || int64(c) > int64(p.Chunks) {
 		return 0, false
 	}

@@ -102,7 +102,7 @@ func TestFiberBLMX(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, ok := p.trySplit(cl, groups); !ok {
+				if _, ok := p.TrySplit(cl, groups); !ok {
 					// Refused only when some K part would get no step of chunks.
 					if int(p.Chunks) > (cl-1)*((int(p.Chunks)+cl-1)/cl+BLMXGroup-1)/BLMXGroup*BLMXGroup {
 						t.Fatalf("trySplit refused clusters of %d for %d chunks", cl, p.Chunks)
@@ -138,7 +138,7 @@ func TestFiberBLMXRowsInvariant(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, ok := p.trySplit(cl, 2); !ok {
+				if _, ok := p.TrySplit(cl, 2); !ok {
 					t.Fatalf("no split with clusters of %d", cl)
 				}
 				if rows == 1 {
@@ -180,7 +180,7 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.trySplit(cl, 1)
+			p.TrySplit(cl, 1)
 			got := blmxRun(t, p, c, x, rows, n, slices.Clone(res))
 			want := make([]float32, len(res))
 			for i := range want {
@@ -193,7 +193,7 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ps.trySplit(cl, 1)
+			ps.TrySplit(cl, 1)
 			gs := blmxRun(t, ps, c, x, rows, half, nil)
 			for tt := range rows {
 				for o := range half {
@@ -255,7 +255,7 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.trySplit(2, 1)
+	p.TrySplit(2, 1)
 	p.DoneWord = doneW
 	var j job
 	ctlB := j.buf(make([]byte, 256))

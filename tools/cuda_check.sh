@@ -16,7 +16,9 @@
 #                                 BENCH=REGEXP select the tests and benchmarks (default: all;
 #                                 BENCH=none skips them); SLICE_LAYERS also sizes
 #                                 BenchmarkSpecRound (the round on the slice with the 27B-shaped
-#                                 DSpark head).
+#                                 DSpark head). The session and speculative tests run a second
+#                                 time with LITHOS_CUDA_MMA=1 (the MMA-layout kernels; MMA=0
+#                                 skips it, MMA_TESTS=REGEXP selects).
 #   BIN=DIR (both steps) keeps the binaries in DIR instead of bin/ (helpers building at once).
 #   LITHOS_CUDA_EMULATE=1 go test ./runtime/backend/cuda   the same tests on this machine, on a
 #                                 CPU emulator of the driver (emulator_test.go; needs clang++;
@@ -80,6 +82,17 @@ run)
     grep -E '^(--- |ok|FAIL|PASS|panic)' "$OUT/logs/$name-test.log" | tee -a "$OUT/logs/summary.txt"
     echo "rc=$rc" | tee -a "$OUT/logs/summary.txt"
     [ $rc -eq 0 ] || status=1
+    if [ "${MMA:-1}" = 1 ]; then
+      # The sessions again with the MMA-layout matrix kernels in their programs
+      # (LITHOS_CUDA_MMA=1; docs/performance.md §3.3j). MMA=0 skips this pass.
+      echo "== $name: session tests with LITHOS_CUDA_MMA=1" | tee -a "$OUT/logs/summary.txt"
+      (cd "$dir" && LITHOS_CUDA_MMA=1 timeout 240 "$bin" -test.v -test.count=1 -test.timeout 230s \
+        -test.run "${MMA_TESTS:-TestSession|TestSpec|TestBackendLoad}" "$@") >"$OUT/logs/$name-test-mma.log" 2>&1
+      rc=$?
+      grep -E '^(--- |ok|FAIL|PASS|panic)' "$OUT/logs/$name-test-mma.log" | tee -a "$OUT/logs/summary.txt"
+      echo "rc=$rc" | tee -a "$OUT/logs/summary.txt"
+      [ $rc -eq 0 ] || status=1
+    fi
     [ "${BENCH:-.}" = none ] && continue
     echo "== $name: benchmarks" | tee -a "$OUT/logs/summary.txt"
     (cd "$dir" && timeout 200 "$bin" -test.run '^$' -test.bench "${BENCH:-.}" -test.benchtime 1x -test.v -test.timeout 190s "$@") >"$OUT/logs/$name-bench.log" 2>&1
@@ -101,7 +114,7 @@ run)
   exit $status
   ;;
 *)
-  sed -n '2,22p' "$0"
+  sed -n '2,/^set -u/p' "$0" | sed '$d'  # the header
   exit 2
   ;;
 esac

@@ -1,0 +1,372 @@
+//go:build linux && amd64
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"lithos/formats"
+	"lithos/kernels"
+	"lithos/pack/blm"
+)
+
+// The MMA-layout matrix kernels (kernels/ops/blmx.kern, lithos_blmx_*) on the device: against the
+// CPU backend at the 27B's widths for every cluster size the device launches, their row
+// invariance, and their speed per shape against the read floor (BenchmarkBLMXShapes). They run
+// without LITHOS_CUDA_MMA (that switch only puts them in the sessions' programs).
+
+// blmxDevice is the split's description of the test device (as runtimeDevice.MMALayout makes it,
+// without the switch).
+func blmxDevice(e *opEnv) kernels.BLMXDevice {
+	dev := kernels.BLMXDevice{SMs: e.d.Info.SMs, MaxCluster: 1}
+	if e.clusters() {
+		dev.MaxCluster = kernels.BLMMaxClusters
+	}
+	return dev
+}
+
+// TestBLMX: every cluster size 1, 2, 4, 8 the device launches (clusters spread over its
+// multiprocessors), 1, 3, 8 and 16 rows, against the CPU backend — tolerance TestOpBLM's plus
+// 2⁻²¹·|s|·Σ|w·x| for the activations' two f16 pieces — and bit for bit: token t of an 8-row launch
+// is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows.
+func TestBLMX(t *testing.T) {
+	e := newOpEnv(t, 41)
+	if e.d.Info.Major*10+e.d.Info.Minor < 89 {
+		t.Skipf("SKIP: compute %d.%d: the MMA-layout kernels need 8.9 (cvt.rn.f16x2.e4m3x2)", e.d.Info.Major, e.d.Info.Minor)
+	}
+	dev := blmxDevice(e)
+	specs := []blm.Spec{
+		{Format: formats.NVFP4, N: 96, K: 5120},
+		{Format: formats.NVFP4, N: 64, K: 17408},
+		{Format: formats.NVFP4, N: 40, K: 1008}, // 16 chunks (15.75 of columns)
+		{Format: formats.FP8, N: 80, K: 6144},
+		{Format: formats.FP8, N: 33, K: 1000},
+	}
+	for _, spec := range specs {
+		m := newBLMMatrix(t, e.r, spec)
+		cp, err := kernels.BLMXCopy(m.g, m.packed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bw, bs := e.bytes(cp), e.bytes(m.table)
+		n, k := int(m.g.N), int(m.g.K)
+		all := make([]int32, n)
+		for i := range all {
+			all[i] = int32(i)
+		}
+		x := e.randn(16*k, 1)
+		bx := e.f32(x)
+		want, tol := m.ref(t, all, x, 16)
+		u := 0x1p-24
+		gamma := float64(k) * u / (1 - float64(k)*u)
+		for i := range tol {
+			tol[i] += (tol[i] - 4*u*math.Abs(want[i])) / (2 * gamma) * 0x1p-21
+		}
+		name, _ := kernels.BLMXKernel(m.g.Format)
+		for _, cl := range []int{1, 2, 4, 8} {
+			if cl > dev.MaxCluster {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s_%dx%d/cl%d", m.g.Format, n, k, cl), func(t *testing.T) {
+				e.t = t
+				var r1 [][]float32 // token t alone
+				var r8 []float32
+				for _, rows := range []int{1, 3, 8, 16} {
+					rec, err := kernels.NewBLMXParams(m.g, rows, kernels.EpiStore, dev)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, ok := rec.TrySplit(cl, max(dev.SMs/cl, 1)); !ok {
+						t.Logf("clusters of %d: no split fits (a K part without chunks or too much threadgroup memory)", cl)
+						return
+					}
+					if rows == 1 {
+						for tt := 0; tt < 16; tt++ {
+							by := e.poisoned(n)
+							e.run(name, rec, rec.Grid(), bw, bs, e.f32(x[tt*k:(tt+1)*k]), by)
+							got := e.read(by, n)
+							check(t, fmt.Sprintf("token %d alone", tt), got, f32s(want[tt*n:(tt+1)*n]), func(i int) float64 { return tol[tt*n+i] })
+							r1 = append(r1, got)
+						}
+						continue
+					}
+					by := e.poisoned(rows * n)
+					e.run(name, rec, rec.Grid(), bw, bs, bx, by)
+					got := e.read(by, rows*n)
+					check(t, fmt.Sprintf("%d rows", rows), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
+					for tt := 0; tt < rows; tt++ {
+						for i := 0; i < n; i++ {
+							if math.Float32bits(got[tt*n+i]) != math.Float32bits(r1[tt][i]) {
+								t.Fatalf("%d rows: y[%d, %d] = %g, the 1-row launch of token %d gave %g", rows, tt, i, got[tt*n+i], tt, r1[tt][i])
+							}
+						}
+					}
+					if rows == 8 {
+						r8 = got
+					}
+					if rows == 16 {
+						// Rows 8–15 as an 8-row launch of their own.
+						by8 := e.poisoned(8 * n)
+						rec8, _ := kernels.NewBLMXParams(m.g, 8, kernels.EpiStore, dev)
+						rec8.TrySplit(cl, max(dev.SMs/cl, 1))
+						e.run(name, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8)
+						got8 := e.read(by8, 8*n)
+						for i := range got8 {
+							if math.Float32bits(got[8*n+i]) != math.Float32bits(got8[i]) {
+								t.Fatalf("16 rows: y[%d, %d] = %g, the 8-row launch of rows 8–15 gave %g", 8+i/n, i%n, got[8*n+i], got8[i])
+							}
+						}
+						_ = r8
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkBLMXShapes times lithos_blmx_* on the 27B's NVFP4 and FP8 matrices as
+// BenchmarkBLMShapes times the BLM kernels (≥ 1 GB of copies of random bytes in one captured
+// graph, median of 7 replays, against the read floor of the same run), at 1, 8 and 16 rows, with
+// NewBLMXParams's split ("d") and every other cluster size that fits, and the BLM kernel the
+// sessions use now (fragment-major copy, cluster split: "blm") beside it in the same run. Reports
+// GB/s and × floor per shape, rows and split; the lines also give µs per matrix.
+func BenchmarkBLMXShapes(b *testing.B) {
+	d, ks, floor := benchDevice(b)
+	if d.Info.Major*10+d.Info.Minor < 89 {
+		b.Skipf("SKIP: compute %d.%d: the MMA-layout kernels need 8.9", d.Info.Major, d.Info.Minor)
+	}
+	chk, err := d.loadCheck()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer chk.mod.Unload()
+	s, err := d.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1}
+	if d.LaunchesClusters() {
+		dev.MaxCluster = kernels.BLMMaxClusters
+		name, _ := kernels.BLMXKernel(formats.NVFP4)
+		for c := 2; c <= kernels.BLMMaxClusters; c *= 2 {
+			if n, err := ks.MaxActiveClusters(name, c); err == nil {
+				dev.Active[c] = n
+				if n == 0 {
+					dev.Active[c] = -1
+				}
+				b.Logf("clusters of %d: %d at once", c, n)
+			}
+		}
+	}
+	type shape struct {
+		name string
+		f    formats.Format
+		n, k int64
+		epi  uint32
+	}
+	shapes := []shape{
+		{"nvfp4-gate_up", formats.NVFP4, 34816, 5120, kernels.EpiSwiGLU},
+		{"nvfp4-down", formats.NVFP4, 5120, 17408, kernels.EpiStore},
+		{"nvfp4-lm_head", formats.NVFP4, 248320, 5120, kernels.EpiStore},
+		{"fp8-qkvz", formats.FP8, 16384, 5120, kernels.EpiStore},
+		{"fp8-attn_qkv", formats.FP8, 14336, 5120, kernels.EpiStore},
+		{"fp8-out", formats.FP8, 5120, 6144, kernels.EpiStore},
+	}
+	ctl, err := d.Alloc(256)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctl.Free()
+	if err := s.Fill32(ctl, 0, 64, 0); err != nil {
+		b.Fatal(err)
+	}
+	x, err := d.Alloc(16 * 17408 * 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Free()
+	y, err := d.Alloc(16 * 248320 * 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer y.Free()
+	xs := make([]float32, 16*17408)
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := range xs {
+		xs[i] = float32(1+r.Float64()) * float32(1-2*r.IntN(2))
+	}
+	if err := d.Write(x, 0, Float32Bytes(xs)); err != nil {
+		b.Fatal(err)
+	}
+	// timeGraph times reps replays of the launches launch queues (after one warm-up replay).
+	timeGraph := func(launch func() error) []time.Duration {
+		gr, err := s.Capture(launch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer gr.Close()
+		const reps = 7
+		evs := make([]*Event, reps+1)
+		for i := range evs {
+			if evs[i], err = d.NewEvent(); err != nil {
+				b.Fatal(err)
+			}
+			defer evs[i].Close()
+		}
+		if err := gr.Launch(s); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < reps; i++ {
+			evs[i].Record(s)
+			if err := gr.Launch(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		evs[reps].Record(s)
+		if err := s.Wait(0); err != nil {
+			b.Fatal(err)
+		}
+		times := make([]time.Duration, reps)
+		for i := range times {
+			if times[i], err = evs[i+1].Since(evs[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return times
+	}
+	var summary []string
+	report := func(key, line string, total int64, copies int, times []time.Duration) {
+		bw := newBandwidth(total, times)
+		b.ReportMetric(bw.GBps()/floor.GBps(), key+"-xfloor")
+		l := fmt.Sprintf("%-44s median %8.1f us/matrix: %5.0f GB/s = %.3f × floor", line, float64(bw.Median.Microseconds())/float64(copies), bw.GBps(), bw.GBps()/floor.GBps())
+		b.Log(l)
+		summary = append(summary, l)
+	}
+	for _, sh := range shapes {
+		g, err := blm.NewGeometry(blm.Spec{Format: sh.f, N: sh.n, K: sh.k})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rowsTab := g.Blocks * int64(g.Rows)
+		// Each copy holds the BLM bytes (the MMA layout is a rewrite within them): both kernels
+		// read their own layout from the same buffers, so both stream the same allocations.
+		per := g.TotalBytes + 4*rowsTab
+		copies := int((1e9 + per - 1) / per)
+		type mat struct{ w, s *Buffer }
+		var mats []mat
+		for c := 0; c < copies; c++ {
+			var m mat
+			if m.w, err = d.Alloc(g.TotalBytes); err != nil {
+				b.Fatal(err)
+			}
+			if m.s, err = d.Alloc(4 * rowsTab); err != nil {
+				b.Fatal(err)
+			}
+			if err := chk.fill.Launch(s, D1(d.Info.SMs*4), D1(512), 0, m.w, uint64(g.TotalBytes/4), uint64(c+1)); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Fill32(m.s, 0, rowsTab, 0x3c000000); err != nil {
+				b.Fatal(err)
+			}
+			mats = append(mats, m)
+		}
+		if err := s.Wait(0); err != nil {
+			b.Fatal(err)
+		}
+		mmaBytes := int64(copies) * (kernels.BLMXCopyBytes(g) + 4*rowsTab)
+		for _, rows := range []int{1, 8, 16} {
+			p0, err := kernels.NewBLMXParams(g, rows, sh.epi, dev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			name, _ := kernels.BLMXKernel(g.Format)
+			for _, cl := range []int{0, 1, 2, 4, 8} {
+				p, mark := p0, "d"
+				if cl > 0 {
+					if cl == int(p0.Cl) || cl > dev.MaxCluster {
+						continue
+					}
+					groups := dev.Active[cl]
+					if groups < 0 {
+						continue
+					}
+					if groups == 0 {
+						groups = dev.SMs / cl
+					}
+					if _, ok := p.TrySplit(cl, groups); !ok {
+						continue
+					}
+					mark = ""
+				}
+				var recs Records
+				off := recs.Add(p)
+				if err := recs.Upload(d); err != nil {
+					b.Fatal(err)
+				}
+				times := timeGraph(func() error {
+					for _, m := range mats {
+						var err error
+						if p.Cl > 1 {
+							err = ks.LaunchCluster(s, name, p.Grid(), p.ClusterDims(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr)
+						} else {
+							err = ks.Launch(s, name, p.Grid(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr)
+						}
+						if err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				key := sh.name + "-r" + strconv.Itoa(rows) + "-mma-cl" + strconv.Itoa(int(p.Cl)) + mark
+				report(key, fmt.Sprintf("%-14s rows %2d mma cl %d×%-3d%s", sh.name, rows, p.Cl, p.Groups, mark), mmaBytes, copies, times)
+				recs.Free()
+			}
+			// The BLM kernel the sessions run now: fragment-major, the cluster split.
+			bp, err := kernels.NewBLMParams(g, rows, sh.epi)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if d.LaunchesClusters() {
+				bp = bp.WithClusters()
+			}
+			bp.Layout = kernels.BLMLayoutFragment
+			bname, _ := kernels.BLMKernelLayout(g.Format, rows, kernels.BLMLayoutFragment)
+			var recs Records
+			off := recs.Add(bp)
+			if err := recs.Upload(d); err != nil {
+				b.Fatal(err)
+			}
+			times := timeGraph(func() error {
+				for _, m := range mats {
+					var err error
+					if bp.Clusters > 1 {
+						err = ks.LaunchCluster(s, bname, bp.Grid(), bp.ClusterDims(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr)
+					} else {
+						err = ks.Launch(s, bname, bp.Grid(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			report(sh.name+"-r"+strconv.Itoa(rows)+"-blm", fmt.Sprintf("%-14s rows %2d blm fragment-major cl %d", sh.name, rows, max(bp.Clusters, 1)), int64(copies)*per, copies, times)
+			recs.Free()
+		}
+		for _, m := range mats {
+			m.w.Free()
+			m.s.Free()
+		}
+	}
+	b.Logf("summary (floor %.0f GB/s):", floor.GBps())
+	for _, l := range summary {
+		b.Log(l)
+	}
+}
