@@ -63,10 +63,18 @@ FN u32 blmx_prmt(u32 a, u32 b, u32 sel) {
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
     return d;
 }
-// blmx_e4m3x2: the two E4M3 bytes in the low 16 bits of s as f16x2 (byte 0 in the low half), exact.
+// blmx_e4m3x2: the two E4M3 bytes in the low 16 bits of s as f16x2 (byte 0 in the low half),
+// exact: one cvt on sm_90 and newer; before, the bytes' seven low bits placed into the f16
+// fields (worth value·2⁻⁸, E4M3 subnormals as f16 subnormals) times 256 (exact).
 FN u32 blmx_e4m3x2(u32 s) {
     u32 d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm("{\n\t.reg .b16 t;\n\tcvt.u16.u32 t, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, t;\n\t}" : "=r"(d) : "r"(s));
+#else
+    const u32 t = (s & 0xFFu) | ((s & 0xFF00u) << 8);
+    const u32 b = ((t & 0x007F007Fu) << 7) | ((t & 0x00800080u) << 8);
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(b), "r"(0x5C005C00u));
+#endif
     return d;
 }
 // blmx_hmul_lo / blmx_hmul_hi: both f16 halves of a times the low (high) half of s, rounded to

@@ -37,9 +37,6 @@ func blmxDevice(e *opEnv) kernels.BLMXDevice {
 // is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows.
 func TestBLMX(t *testing.T) {
 	e := newOpEnv(t, 41)
-	if e.d.Info.Major*10+e.d.Info.Minor < 89 {
-		t.Skipf("SKIP: compute %d.%d: the MMA-layout kernels need 8.9 (cvt.rn.f16x2.e4m3x2)", e.d.Info.Major, e.d.Info.Minor)
-	}
 	dev := blmxDevice(e)
 	specs := []blm.Spec{
 		{Format: formats.NVFP4, N: 96, K: 5120},
@@ -138,9 +135,6 @@ func TestBLMX(t *testing.T) {
 // GB/s and × floor per shape, rows and split; the lines also give µs per matrix.
 func BenchmarkBLMXShapes(b *testing.B) {
 	d, ks, floor := benchDevice(b)
-	if d.Info.Major*10+d.Info.Minor < 89 {
-		b.Skipf("SKIP: compute %d.%d: the MMA-layout kernels need 8.9", d.Info.Major, d.Info.Minor)
-	}
 	chk, err := d.loadCheck()
 	if err != nil {
 		b.Fatal(err)

@@ -97,14 +97,13 @@ func (r *runtimeDevice) FragmentLayout() bool {
 	return (emu == nil || emu.tensorCore()) && os.Getenv("LITHOS_CUDA_FRAGMENT") != "0"
 }
 
-// MMALayout implements gpu.MMALayouter: with LITHOS_CUDA_MMA=1 on compute 8.9 or newer (the
-// kernels convert E4M3 with cvt.rn.f16x2.e4m3x2; on the emulator only in its tensor-core
-// build), the device for the MMA-layout work split: its multiprocessors, clusters of up to
+// MMALayout implements gpu.MMALayouter: with LITHOS_CUDA_MMA=1 (on the emulator only in its
+// tensor-core build), the device for the MMA-layout work split: its multiprocessors, clusters of up to
 // kernels.BLMMaxClusters when its queues launch them (else 1), and per cluster size the
 // clusters that run at once (cuOccupancyMaxActiveClusters; a failed query leaves it to the
 // multiprocessor count).
 func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
-	if !mmaLayoutOn() || r.d.Info.Major*10+r.d.Info.Minor < 89 || (emu != nil && !emu.tensorCore()) {
+	if !mmaLayoutOn() || (emu != nil && !emu.tensorCore()) {
 		return kernels.BLMXDevice{}, false
 	}
 	dev := kernels.BLMXDevice{SMs: r.d.Info.SMs, MaxCluster: 1}
