@@ -324,3 +324,58 @@ func TestFiberBLMLayoutGuard(t *testing.T) {
 		})
 	}
 }
+
+// TestFiberBLMClusters: the BLM kernels' cluster split (BLMParams.Clusters: K also split across
+// the threadgroups of a thread-block cluster, their parts added through distributed shared
+// memory) in the fiber runtime's clusters, against the CPU backend, every row variant's row 0
+// equal to the 1-row launch bit for bit.
+func TestFiberBLMClusters(t *testing.T) {
+	exe := mmaFiberExe(t)
+	r := rand.New(rand.NewPCG(29, 30))
+	for _, f := range []formats.Format{formats.NVFP4, formats.FP8, formats.BF16} {
+		c := newBLMCase(t, r, f, 48, 2048, 32, false)
+		k, n := int(c.g.K), int(c.g.N)
+		m, _ := c.ref.All()
+		x := randVec(r, 8*k, 1)
+		want := make([]float32, 8*n)
+		if err := m.Mul(want, x, 8); err != nil {
+			t.Fatal(err)
+		}
+		bound := c.bound(x, 8)
+		for _, split := range [][3]uint32{{1, 2, 2}, {2, 2, 4}, {4, 1, 8}} {
+			t.Run(fmt.Sprintf("%s/parts%d_wb%d_cl%d", f, split[0], split[1], split[2]), func(t *testing.T) {
+				var row0 []float32
+				for _, rows := range []int{1, 8} {
+					kern, _ := BLMKernel(f, rows)
+					p, err := NewBLMParams(c.g, rows, EpiStore)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p.Parts, p.WarpBlocks, p.Clusters = split[0], split[1], split[2]
+					var j job
+					y := j.poison(rows * n)
+					j.launchCluster(t, kern, p.Grid(), p.Clusters, j.buf(zeroCtl), j.buf(Record(p)), j.buf(c.packed), j.f32(c.scales), j.f32(x[:rows*k]), y)
+					res, err := j.runSchedules(t, exe)
+					if err != nil {
+						t.Fatalf("fiber run: %v", err)
+					}
+					got := bytesF32(res[y])
+					for i := range got {
+						if d := math.Abs(float64(got[i]) - float64(want[i])); math.IsNaN(float64(got[i])) || d > bound[i]+1e-30 {
+							t.Fatalf("%d rows: y[%d, %d] = %g, want %g (|Δ| %.3g > %.3g)", rows, i/n, i%n, got[i], want[i], d, bound[i])
+						}
+					}
+					if rows == 1 {
+						row0 = got
+						continue
+					}
+					for i := range row0 {
+						if math.Float32bits(got[i]) != math.Float32bits(row0[i]) {
+							t.Fatalf("row 0 of 8: y[%d] = %g, the 1-row launch gave %g", i, got[i], row0[i])
+						}
+					}
+				}
+			})
+		}
+	}
+}
