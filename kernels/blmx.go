@@ -43,8 +43,9 @@ func blmxChunk(f formats.Format) (ksteps, bytes int64, ok bool) {
 }
 
 // BLMXGroup is the items (chunks of one block) a simdgroup of the MMA-layout kernels computes
-// per step and loads one step ahead, in registers (BLMX_D in ops/blmx.kern): chunks per block
-// and per K part are multiples of it, so that a step never spans two blocks.
+// per step and loads one step ahead, in registers (BLMX_D in ops/blmx.kern, which Source defines
+// from it): chunks per block and per K part are multiples of it, so that a step never spans two
+// blocks. Changing it changes the copy's padding, the splits and the kernels together.
 const BLMXGroup = 4
 
 // BLMXChunks returns the chunks per block of g's MMA layout: ⌈K / (16·k-steps per chunk)⌉ (64
@@ -384,7 +385,8 @@ func (p *BLMXParams) TrySplit(c, groups int) (int64, bool) {
 }
 
 // Validate checks the record against the rules of lithos_blmx_*: Rows 1–16; N, K ≥ 1; Format
-// FMT_NVFP4 or FMT_FP8; Blocks = ⌈N/16⌉ and Chunks = ⌈K/(16·k-steps per chunk)⌉; Cl 1–8 with
+// FMT_NVFP4 or FMT_FP8; Blocks = ⌈N/16⌉ and Chunks = ⌈K/(16·k-steps per chunk)⌉ rounded up to a
+// multiple of BLMXGroup, PartChunks a multiple of it; Cl 1–8 with
 // every rank's part non-empty (PartChunks·Cl ≥ Chunks > PartChunks·(Cl − 1)); Groups 1 …
 // Blocks; Slots at least what the split needs; the threadgroup memory within BLMXShared; the
 // matrix, x and y within 32-bit offsets; the epilogue; the grid within CUDA's limits.
@@ -421,6 +423,7 @@ func (p BLMXParams) Validate() error {
 	if p.Groups < 1 || p.Groups > p.Blocks {
 		c.failf("Groups", "is %d, want 1 to Blocks = %d", p.Groups, p.Blocks)
 	}
+	c.total("Groups", uint64(p.Groups)*uint64(p.Blocks), "Groups·Blocks (the kernel's block ranges)")
 	if uint64(p.Slots) < uint64(sh.slots) {
 		c.failf("Slots", "is %d, want at least %d (the blocks one simdgroup's items touch)", p.Slots, sh.slots)
 	}

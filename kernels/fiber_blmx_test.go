@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lithos/formats"
+	"lithos/runtime/backend/cpu"
 )
 
 // The MMA-layout kernels (ops/blmx.kern) in the fiber runtime's tensor-core build: their data
@@ -85,6 +86,7 @@ func TestFiberBLMX(t *testing.T) {
 	for _, sh := range []shape{
 		{formats.NVFP4, 40, 2048, 0}, // 32 chunks per block
 		{formats.NVFP4, 17, 336, 32}, // 6 chunks, padded to 8; N = 17: a block of one row
+		{formats.NVFP4, 24, 1792, 0}, // 28 chunks: clusters of 2 have parts of 16 and 12
 		{formats.FP8, 33, 1000, 0},   // 32 chunks (31.25 of columns)
 		{formats.FP8, 64, 256, 0},
 	} {
@@ -104,7 +106,7 @@ func TestFiberBLMX(t *testing.T) {
 				}
 				if _, ok := p.TrySplit(cl, groups); !ok {
 					// Refused only when some K part would get no step of chunks.
-					if int(p.Chunks) > (cl-1)*((int(p.Chunks)+cl-1)/cl+BLMXGroup-1)/BLMXGroup*BLMXGroup {
+					if part := ((int(p.Chunks)+cl-1)/cl + BLMXGroup - 1) / BLMXGroup * BLMXGroup; int(p.Chunks) > (cl-1)*part {
 						t.Fatalf("trySplit refused clusters of %d for %d chunks", cl, p.Chunks)
 					}
 					t.Logf("clusters of %d for %d chunks: refused, as it must be (a K part without chunks)", cl, p.Chunks)
@@ -180,7 +182,9 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.TrySplit(cl, 1)
+			if _, ok := p.TrySplit(cl, 1); !ok {
+				t.Fatalf("no split with clusters of %d", cl)
+			}
 			got := blmxRun(t, p, c, x, rows, n, slices.Clone(res))
 			want := make([]float32, len(res))
 			for i := range want {
@@ -193,7 +197,9 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ps.TrySplit(cl, 1)
+			if _, ok := ps.TrySplit(cl, 1); !ok {
+				t.Fatalf("no split with clusters of %d", cl)
+			}
 			gs := blmxRun(t, ps, c, x, rows, half, nil)
 			for tt := range rows {
 				for o := range half {
@@ -255,7 +261,9 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.TrySplit(2, 1)
+	if _, ok := p.TrySplit(2, 1); !ok {
+		t.Fatal("no split with clusters of 2")
+	}
 	p.DoneWord = doneW
 	var j job
 	ctlB := j.buf(make([]byte, 256))
@@ -271,4 +279,74 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 	if !bytes.Equal(res[y], canary(4*3*n)) {
 		t.Fatal("y was written")
 	}
+}
+
+// TestFiberBLMXActivationRange: tokens whose activations span many orders of magnitude (one
+// element 10⁹ times the others, a token of zeros, one of tiny values, one with zero weights'
+// columns at its outlier) stay within the bound: the split's lo pieces, kept 2¹¹ larger, stay
+// normal f16 far below the token's largest value.
+func TestFiberBLMXActivationRange(t *testing.T) {
+	r := rand.New(rand.NewPCG(49, 50))
+	for _, f := range []formats.Format{formats.NVFP4, formats.FP8} {
+		c := newBLMCase(t, r, f, 32, 512, 0, false)
+		k, n := int(c.g.K), int(c.g.N)
+		const rows = 6
+		x := make([]float32, rows*k)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 1e-6)
+		}
+		x[0*k+17] = 3e4    // token 0: an outlier 3·10¹⁰ times the rest
+		x[1*k+300] = 1e3   // token 1: 10⁹
+		for i := 0; i < k; i++ {
+			x[2*k+i] = 0    // token 2: zeros
+			x[3*k+i] *= 1e-25 // token 3: tiny values (≈ 10⁻³¹)
+		}
+		x[4*k+5] = -7e3 // token 4: one outlier, with every weight of its column zeroed below
+		for i := range x[5*k : 6*k] {
+			x[5*k+i] = float32(r.NormFloat64()) // token 5: ordinary
+		}
+		// Zero column 5 of every row (codes 0: the outlier of token 4 contributes nothing).
+		cz := c
+		cz.packed = zeroColumn(t, c, 5)
+		var err error
+		if cz.ref, err = cpu.NewPacked(cz.g, cz.packed, f32Bytes(cz.scales)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := cz.ref.All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, rows*n)
+		if err := m.Mul(want, x, rows); err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewBLMXParams(cz.g, rows, EpiStore, BLMXDevice{SMs: 2, MaxCluster: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := blmxRun(t, p, cz, x, rows, n, nil)
+		checkBLMX(t, string(f), got, want, blmxBound(cz, x, rows))
+	}
+}
+
+// zeroColumn returns c's packed bytes with column col of every row zero.
+func zeroColumn(t *testing.T, c blmCase, col int64) []byte {
+	t.Helper()
+	rows := c.g.NewRows(int(c.g.N))
+	if err := c.g.UnpackRows(rows, c.packed); err != nil {
+		t.Fatal(err)
+	}
+	crb := c.g.CodeRowBytes()
+	for rI := int64(0); rI < c.g.N; rI++ {
+		if c.g.Format == formats.NVFP4 {
+			rows.Codes[rI*crb+col/2] &^= 0xF << (4 * (col % 2))
+		} else {
+			rows.Codes[rI*crb+col] = 0
+		}
+	}
+	out := make([]byte, c.g.TotalBytes)
+	if err := c.g.PackRows(out, rows); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

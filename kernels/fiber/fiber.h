@@ -188,6 +188,7 @@ static std::string where(const Fiber& f) {
     case kReady: return "running";
     case kBarrier: std::snprintf(b, sizeof b, "threadgroup_barrier at %s:%d (episode %lu)", f.file, f.line, f.episodes + 1); return b;
     case kSimd: std::snprintf(b, sizeof b, "%s at %s:%d", f.op, f.file, f.line); return b;
+    case kCluster: std::snprintf(b, sizeof b, "the cluster barrier at %s:%d (episode %lu)", f.file, f.line, f.episodes + 1); return b;
     }
     return "?";
 }
@@ -388,19 +389,26 @@ static void check_same(const std::vector<unsigned>& ws, const char* what) {
     char b[1024];
     const unsigned first = ws[0];
     const Fiber& w = rt.fibers[first];
+    // A thread is named by its tid, and by its threadgroup's x when the cluster has several.
+    auto name = [](const Fiber& f) {
+        char n[64];
+        if (rt.cluster > 1) std::snprintf(n, sizeof n, "thread %u of threadgroup x = %u", f.tid, f.tg.x);
+        else std::snprintf(n, sizeof n, "thread %u", f.tid);
+        return std::string(n);
+    };
     for (unsigned i : ws) {
         const Fiber& f = rt.fibers[i];
         if (f.line != w.line || std::strcmp(f.file, w.file) != 0) {
-            std::snprintf(b, sizeof b, "threads wait at different %sbarriers: thread %u at %s, thread %u at %s", what, first, where(w).c_str(), i,
-                          where(f).c_str());
+            std::snprintf(b, sizeof b, "threads wait at different %sbarriers: %s at %s, %s at %s", what, name(w).c_str(), where(w).c_str(),
+                          name(f).c_str(), where(f).c_str());
             fail(b);
         }
         int frame;
         if (!same_path(f, w, &frame)) {
             std::snprintf(b, sizeof b,
-                          "threads wait at the %sbarrier at %s:%d through different calls, in episode %lu: thread %u and thread %u (%s): "
+                          "threads wait at the %sbarrier at %s:%d through different calls, in episode %lu: %s and %s (%s): "
                           "a barrier reached from different call sites, or loops whose trip counts differ between threads",
-                          what, w.file, w.line, w.episodes + 1, first, i, path_diff(w, int(first), f, int(i)).c_str());
+                          what, w.file, w.line, w.episodes + 1, name(w).c_str(), name(f).c_str(), path_diff(w, int(w.tid), f, int(f.tid)).c_str());
             fail(b);
         }
     }

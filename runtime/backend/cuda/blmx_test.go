@@ -36,7 +36,15 @@ func blmxDevice(e *opEnv) kernels.BLMXDevice {
 // 2⁻²¹·|s|·Σ|w·x| for the activations' two f16 pieces — and bit for bit: token t of an 8-row launch
 // is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows.
 func TestBLMX(t *testing.T) {
+	if emulatorEnabled() && !emulateTensorCore() {
+		t.Skip("SKIP: the emulator runs the MMA-layout kernels only in its tensor-core build (LITHOS_CUDA_EMULATE_MMA=1)")
+	}
 	e := newOpEnv(t, 41)
+	if e.d.Info.SharedOptin < kernels.BLMXShared+512 {
+		t.Skipf("SKIP: %d bytes of shared memory per block; the MMA-layout kernels need %d", e.d.Info.SharedOptin, kernels.BLMXShared+512)
+	}
+	outer := e.t
+	defer func() { e.t = outer }()
 	dev := blmxDevice(e)
 	specs := []blm.Spec{
 		{Format: formats.NVFP4, N: 96, K: 5120},
@@ -46,6 +54,7 @@ func TestBLMX(t *testing.T) {
 		{Format: formats.FP8, N: 33, K: 1000},
 	}
 	for _, spec := range specs {
+		e.t = outer
 		m := newBLMMatrix(t, e.r, spec)
 		cp, err := kernels.BLMXCopy(m.g, m.packed)
 		if err != nil {
@@ -73,7 +82,6 @@ func TestBLMX(t *testing.T) {
 			t.Run(fmt.Sprintf("%s_%dx%d/cl%d", m.g.Format, n, k, cl), func(t *testing.T) {
 				e.t = t
 				var r1 [][]float32 // token t alone
-				var r8 []float32
 				for _, rows := range []int{1, 3, 8, 16} {
 					rec, err := kernels.NewBLMXParams(m.g, rows, kernels.EpiStore, dev)
 					if err != nil {
@@ -104,14 +112,13 @@ func TestBLMX(t *testing.T) {
 							}
 						}
 					}
-					if rows == 8 {
-						r8 = got
-					}
 					if rows == 16 {
 						// Rows 8–15 as an 8-row launch of their own.
 						by8 := e.poisoned(8 * n)
 						rec8, _ := kernels.NewBLMXParams(m.g, 8, kernels.EpiStore, dev)
-						rec8.TrySplit(cl, max(dev.SMs/cl, 1))
+						if _, ok := rec8.TrySplit(cl, max(dev.SMs/cl, 1)); !ok {
+							t.Fatalf("8 rows: no split with clusters of %d", cl)
+						}
 						e.run(name, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8)
 						got8 := e.read(by8, 8*n)
 						for i := range got8 {
@@ -119,7 +126,6 @@ func TestBLMX(t *testing.T) {
 								t.Fatalf("16 rows: y[%d, %d] = %g, the 8-row launch of rows 8–15 gave %g", 8+i/n, i%n, got[8*n+i], got8[i])
 							}
 						}
-						_ = r8
 					}
 				}
 			})
@@ -135,6 +141,9 @@ func TestBLMX(t *testing.T) {
 // GB/s and × floor per shape, rows and split; the lines also give µs per matrix.
 func BenchmarkBLMXShapes(b *testing.B) {
 	d, ks, floor := benchDevice(b)
+	if d.Info.SharedOptin < kernels.BLMXShared+512 {
+		b.Skipf("SKIP: %d bytes of shared memory per block; the MMA-layout kernels need %d", d.Info.SharedOptin, kernels.BLMXShared+512)
+	}
 	chk, err := d.loadCheck()
 	if err != nil {
 		b.Fatal(err)
@@ -150,7 +159,7 @@ func BenchmarkBLMXShapes(b *testing.B) {
 		dev.MaxCluster = kernels.BLMMaxClusters
 		name, _ := kernels.BLMXKernel(formats.NVFP4)
 		for c := 2; c <= kernels.BLMMaxClusters; c *= 2 {
-			if n, err := ks.MaxActiveClusters(name, c); err == nil {
+			if n, ok, err := ks.MaxActiveClusters(name, c); err == nil && ok {
 				dev.Active[c] = n
 				if n == 0 {
 					dev.Active[c] = -1

@@ -65,9 +65,17 @@ func (d *Device) LoadKernels() (ks *Kernels, err error) {
 			m.Unload()
 			return nil, fmt.Errorf("cuda: kernel %s: %d threads per block, the loaded code allows %d (%d registers)", k.Name, k.Threads, f.MaxThreads, f.Registers)
 		}
+		if k.MMAOnly && k.Shared > d.Info.SharedOptin {
+			// The MMA-layout kernels' 224 KiB of threadgroup memory is more than this GPU lets
+			// a block have (sm_80: 163 KiB, sm_86/89: 99 KiB): left unconfigured and unused
+			// (runtimeDevice.MMALayout reports the layout off here).
+			ks.fns[k.Name] = kfn{f, k}
+			continue
+		}
 		if k.Shared > 0 {
-			// Dynamic shared memory (the BLM kernels' weight ring) may take the block past the
-			// 48 KiB a launch gets without asking.
+			// Dynamic shared memory (the BLM kernels' weight ring, the MMA-layout kernels'
+			// activations and slots) may take the block past the 48 KiB a launch gets without
+			// asking.
 			if err := f.SetMaxDynamicShared(k.Shared); err != nil {
 				m.Unload()
 				return nil, err
@@ -95,12 +103,12 @@ func (ks *Kernels) Launch(s *Stream, name string, grid [3]uint32, ctl, prm uint6
 }
 
 // MaxActiveClusters returns how many clusters of cluster threadgroups of kernel name run at
-// once with its Threads and Shared bytes (Function.MaxActiveClusters; 0: the driver does not
-// say). Errors: an unknown kernel, the driver's.
-func (ks *Kernels) MaxActiveClusters(name string, cluster int) (int, error) {
-	e, ok := ks.fns[name]
-	if !ok {
-		return 0, fmt.Errorf("cuda: no kernel %s in the module", name)
+// once with its Threads and Shared bytes (Function.MaxActiveClusters; ok false: the driver
+// cannot say). Errors: an unknown kernel, the driver's.
+func (ks *Kernels) MaxActiveClusters(name string, cluster int) (n int, ok bool, err error) {
+	e, found := ks.fns[name]
+	if !found {
+		return 0, false, fmt.Errorf("cuda: no kernel %s in the module", name)
 	}
 	return e.f.MaxActiveClusters(D1(e.k.Threads), Dim3{uint32(cluster), 1, 1}, e.k.Shared)
 }

@@ -150,28 +150,29 @@ type launchConfig struct {
 }
 
 // MaxActiveClusters returns how many clusters of cluster threadgroups of block threads and
-// shared bytes of dynamic shared memory run on the device at once (cuOccupancyMaxActiveClusters),
-// 0 when the driver does not say (no such entry point). Errors: the driver's.
-func (f *Function) MaxActiveClusters(block, cluster Dim3, shared int) (int, error) {
+// shared bytes of dynamic shared memory run on the device at once (cuOccupancyMaxActiveClusters;
+// 0: none fits), ok false when the driver cannot say (no such entry point). Errors: the
+// driver's.
+func (f *Function) MaxActiveClusters(block, cluster Dim3, shared int) (n int, ok bool, err error) {
 	if drv.cuOccupancyMaxActiveClusters.addr == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	at := &launchAttr{id: attrClusterDimension}
 	at.val[0], at.val[1], at.val[2] = cluster.X, cluster.Y, cluster.Z
 	cfg := &launchConfig{gridX: cluster.X, gridY: cluster.Y, gridZ: cluster.Z, blockX: block.X, blockY: block.Y, blockZ: block.Z,
 		shared: uint32(shared), attrs: uintptr(unsafe.Pointer(at)), numAttrs: 1}
-	var n int32
+	var v int32
 	var pin runtime.Pinner
 	pin.Pin(at)
 	pin.Pin(cfg)
 	defer pin.Unpin()
-	err := f.d.do(func() error {
-		return call(drv.cuOccupancyMaxActiveClusters, uintptr(unsafe.Pointer(&n)), f.h, uintptr(unsafe.Pointer(cfg)))
+	err = f.d.do(func() error {
+		return call(drv.cuOccupancyMaxActiveClusters, uintptr(unsafe.Pointer(&v)), f.h, uintptr(unsafe.Pointer(cfg)))
 	})
 	if err != nil {
-		return 0, fmt.Errorf("cuda: %s: clusters of %v: %w", f.Name, cluster, err)
+		return 0, false, fmt.Errorf("cuda: %s: clusters of %v: %w", f.Name, cluster, err)
 	}
-	return int(n), nil
+	return int(v), true, nil
 }
 
 type launchAttr struct {

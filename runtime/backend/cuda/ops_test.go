@@ -45,6 +45,7 @@ type opEnv struct {
 	s   *Stream
 	ctl *Buffer // step-state words: 64 zero words unless a test writes them
 	r   *rand.Rand
+	mma kernels.BLMXDevice // a loaded target's MMA-layout device (loadGoldenTargetOf), for opEnv.blm
 }
 
 // The kernel module, loaded once per test binary (tests run one at a time).

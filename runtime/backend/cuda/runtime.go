@@ -97,21 +97,24 @@ func (r *runtimeDevice) FragmentLayout() bool {
 	return (emu == nil || emu.tensorCore()) && os.Getenv("LITHOS_CUDA_FRAGMENT") != "0"
 }
 
-// MMALayout implements gpu.MMALayouter: with LITHOS_CUDA_MMA=1 (on the emulator only in its
-// tensor-core build), the device for the MMA-layout work split: its multiprocessors, clusters of up to
+// MMALayout implements gpu.MMALayouter: with LITHOS_CUDA_MMA=1 on a GPU that gives a block the
+// kernels' threadgroup memory (kernels.BLMXShared and 512 static bytes: the H100/H200; on the
+// emulator only in its tensor-core build), the device for the MMA-layout work split: its
+// multiprocessors, clusters of up to
 // kernels.BLMMaxClusters when its queues launch them (else 1), and per cluster size the
 // clusters that run at once (cuOccupancyMaxActiveClusters; a failed query leaves it to the
 // multiprocessor count).
 func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
-	if !mmaLayoutOn() || (emu != nil && !emu.tensorCore()) {
+	if !mmaLayoutOn() || (emu != nil && !emu.tensorCore()) || r.d.Info.SharedOptin < kernels.BLMXShared+512 {
 		return kernels.BLMXDevice{}, false
 	}
 	dev := kernels.BLMXDevice{SMs: r.d.Info.SMs, MaxCluster: 1}
 	if r.d.LaunchesClusters() && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0" {
 		dev.MaxCluster = kernels.BLMMaxClusters
+		// Both formats' kernels take the same threadgroup memory, which decides the clusters.
 		name, _ := kernels.BLMXKernel(formats.NVFP4)
 		for c := 2; c <= kernels.BLMMaxClusters; c *= 2 {
-			if n, err := r.ks.MaxActiveClusters(name, c); err == nil {
+			if n, ok, err := r.ks.MaxActiveClusters(name, c); err == nil && ok {
 				dev.Active[c] = n
 				if n == 0 {
 					dev.Active[c] = -1 // none fits
@@ -135,8 +138,8 @@ func (r *runtimeDevice) ReadBandwidthGBs() (float64, error) {
 func (r *runtimeDevice) Close() error { return errors.Join(r.ks.Unload(), r.d.Close()) }
 
 // queue is gpu.Queue over a stream, and gpu.ClusterQueue: on sm_90 and newer (the device's
-// CLUSTER_LAUNCH attribute, the driver's cuLaunchKernelEx; not in the emulator, whose kernels
-// are the Metal source) it
+// CLUSTER_LAUNCH attribute, the driver's cuLaunchKernelEx; in the emulator only in its
+// tensor-core build, whose fiber runtime runs clusters) it
 // launches clusters of up to kernels.BLMMaxClusters threadgroups, so the BLM products split K
 // across a cluster (docs/performance.md §3.3e). LITHOS_CUDA_CLUSTERS=0 turns that off (A/B runs).
 type queue struct {

@@ -78,12 +78,14 @@ func loadGoldenTargetOf(t *testing.T, name string) (*opEnv, *gpu.Target, *bundle
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tg.Close() })
+	e.mma = tg.MMA
 	return e, tg, b
 }
 
 // TestTargetUpload: the device copy of weights.bin is the mapping, byte for byte, except the
 // target matrices the device reads fragment-major (gpu.FragmentLayouter; on the GPU every one
-// that has such a copy), which are kernels.BLMFragmentMajor of theirs; the vectors are the
+// that has such a copy), which are kernels.BLMFragmentMajor of theirs, and with LITHOS_CUDA_MMA=1
+// those in the MMA layout (kernels.BLMXCopy); the vectors are the
 // bundle's decoded floats; a bundle larger than the free memory is refused first.
 func TestTargetUpload(t *testing.T) {
 	e, tg, b := loadGoldenTarget(t)
@@ -92,15 +94,29 @@ func TestTargetUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := bytes.Clone(b.Weights())
-	fragment := false
+	fragment, mma := false, false
 	if fl, ok := tg.Device.(gpu.FragmentLayouter); ok {
 		fragment = fl.FragmentLayout()
 	}
-	repacked := 0
+	if ml, ok := tg.Device.(gpu.MMALayouter); ok {
+		_, mma = ml.MMALayout()
+	}
+	repacked, mmaN := 0, 0
 	for _, name := range tg.MatrixNames() {
 		mx, _ := tg.Matrix(name)
 		off := int64(mx.Ptr - tg.Weights.Ptr)
-		fm, err := kernels.BLMFragmentMajor(mx.Geometry, want[off:off+mx.Geometry.TotalBytes])
+		orig := want[off : off+mx.Geometry.TotalBytes]
+		if mma {
+			if cp, err := kernels.BLMXCopy(mx.Geometry, orig); err == nil {
+				if mx.Layout != kernels.BLMLayoutMMA {
+					t.Fatalf("tensor %s: layout %d on a device that reads the MMA layout", name, mx.Layout)
+				}
+				copy(want[off:], cp)
+				mmaN++
+				continue
+			}
+		}
+		fm, err := kernels.BLMFragmentMajor(mx.Geometry, orig)
 		if fragment && err == nil && mx.Layout != kernels.BLMLayoutFragment || !fragment && mx.Layout != kernels.BLMLayoutBLM {
 			t.Fatalf("tensor %s: layout %d on a device that reads the fragment-major one: %v (copy: %v)", name, mx.Layout, fragment, err)
 		}
@@ -110,9 +126,9 @@ func TestTargetUpload(t *testing.T) {
 		}
 	}
 	if sha256.Sum256(got) != sha256.Sum256(want) {
-		t.Fatalf("device weights differ from weights.bin with %d matrices fragment-major", repacked)
+		t.Fatalf("device weights differ from weights.bin with %d matrices fragment-major and %d in the MMA layout", repacked, mmaN)
 	}
-	t.Logf("%d of %d matrices fragment-major", repacked, len(tg.MatrixNames()))
+	t.Logf("%d of %d matrices fragment-major, %d in the MMA layout", repacked, len(tg.MatrixNames()), mmaN)
 	for _, name := range []string{"norm", "layers.0.input_layernorm", "layers.0.linear_attn.A_log", "layers.0.linear_attn.conv1d"} {
 		bt, ok := b.Tensor(name)
 		if !ok {
@@ -149,12 +165,21 @@ func TestTargetRefusesTooLarge(t *testing.T) {
 	}
 }
 
-// devRun runs one BLM product on the target's matrix over x [rows, K] into y.
+// blm runs one matrix product on the target's matrix over x [rows, K] into y, with the kernel
+// and record of its layout (a BLM kernel, or the MMA-layout one split for tg.MMA).
 func (e *opEnv) blm(m *gpu.Matrix, rows int, epi uint32, x, y *Buffer) {
 	e.t.Helper()
 	name, err := m.Kernel(rows)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if m.Layout == kernels.BLMLayoutMMA {
+		rec, err := kernels.NewBLMXParams(m.Geometry, rows, epi, e.mma)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.run(name, rec, rec.Grid(), &Buffer{Ptr: m.Ptr}, &Buffer{Ptr: m.Scales}, x, y)
+		return
 	}
 	rec, err := kernels.NewBLMParams(m.Geometry, rows, epi)
 	if err != nil {

@@ -100,7 +100,8 @@ type FragmentLayouter interface {
 }
 
 // MMALayouter is a Device that runs the MMA-layout matrix kernels (kernels.BLMXCopy,
-// lithos_blmx_*: CUDA sm_90 with thread-block clusters). Optional: when MMALayout reports true,
+// lithos_blmx_*: CUDA on a GPU that gives a block 224 KiB of shared memory, with thread-block
+// clusters on sm_90). Optional: when MMALayout reports true,
 // LoadTarget rewrites each target NVFP4 and FP8 matrix whose copy fits its packed bytes into
 // that layout after the upload (Matrix.Layout BLMLayoutMMA) and the programs multiply it with
 // kernels.BLMXParams records split for dev (its multiprocessors and clusters); the other

@@ -64,7 +64,7 @@ type Target struct {
 	Upload UploadStats // the weights upload
 	Load   time.Duration
 	// MMA is the device the MMA-layout matrices' work split is made for (MMALayouter); zero
-	// when no matrix has Layout BLMLayoutMMA.
+	// when the device does not read that layout.
 	MMA    kernels.BLMXDevice
 	owned  bool      // Close also closes the device (Load)
 	pfx    string    // error prefix: the device's name in lower case ("cuda")
