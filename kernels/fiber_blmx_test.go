@@ -295,10 +295,10 @@ func TestFiberBLMXActivationRange(t *testing.T) {
 		for i := range x {
 			x[i] = float32(r.NormFloat64() * 1e-6)
 		}
-		x[0*k+17] = 3e4    // token 0: an outlier 3·10¹⁰ times the rest
-		x[1*k+300] = 1e3   // token 1: 10⁹
+		x[0*k+17] = 3e4  // token 0: an outlier 3·10¹⁰ times the rest
+		x[1*k+300] = 1e3 // token 1: 10⁹
 		for i := 0; i < k; i++ {
-			x[2*k+i] = 0    // token 2: zeros
+			x[2*k+i] = 0      // token 2: zeros
 			x[3*k+i] *= 1e-25 // token 3: tiny values (≈ 10⁻³¹)
 		}
 		x[4*k+5] = -7e3 // token 4: one outlier, with every weight of its column zeroed below
