@@ -299,14 +299,14 @@ func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool)
 // NewBLMXParams returns the record of matrix g (a format with an MMA-layout kernel: nvfp4 with
 // 16-column groups, fp8_e4m3) for rows activation rows (1–16; set RowsWord for a dynamic count),
 // contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word, and the work split
-// for device d: over the cluster sizes c ≤ d.MaxCluster (1, 2, 4, 8, at most the chunks), the one
-// with the least estimated time, in bytes a threadgroup streams on its critical path — its
-// busiest simdgroup's items × chunk bytes × 16 — plus the activations it stages (8 tokens of
-// float32) and 32 KiB for the two cluster barriers when c > 1, among the splits whose threadgroup
-// memory fits BLMXShared. The split depends on the shape and the device only, never on the row
-// count (a decode step and a verify pass sum in the same order). This cost model is not
-// measured yet (docs/performance.md §3.3j). Errors: the format, rows, a matrix ≥ 4 GiB, no split
-// that fits, the SwiGLU epilogue over N not a multiple of 16.
+// for device d: clusters of 2 threadgroups, else of 4, else of 8 (the first whose K parts fit
+// BLMXShared and that d runs at once), else — on a device without clusters, or when none fits —
+// 1, as many clusters as d runs. Measured on the H200 at the 27B's shapes (BenchmarkBLMXShapes,
+// docs/performance.md §3.3j: clusters of 2 were the fastest or within 4 % of it on every shape
+// where they fit; down, whose activations need K in at least 4 parts, took 4). The split
+// depends on the shape and the device only, never on the row count (a decode step and a verify
+// pass sum in the same order). Errors: the format, rows, a matrix ≥ 4 GiB, no split that fits,
+// the SwiGLU epilogue over N not a multiple of 16.
 func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLMXParams, error) {
 	if err := g.Check(); err != nil {
 		return BLMXParams{}, err
@@ -332,8 +332,12 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 		}
 		p.LdY = uint32(g.N / 2)
 	}
-	best, split := int64(-1), p
-	for _, c := range []int{1, 2, 4, 8} {
+	best := int64(-1)
+	order := []int{2, 4, 8, 1}
+	if max(d.MaxCluster, 1) == 1 {
+		order = []int{1}
+	}
+	for _, c := range order {
 		if c > max(d.MaxCluster, 1) {
 			continue
 		}
@@ -344,12 +348,11 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 		if groups == 0 {
 			groups = d.SMs / c
 		}
-		q := p
-		if cost, ok := q.TrySplit(c, groups); ok && (best < 0 || cost < best) {
-			best, split = cost, q
+		if cost, ok := p.TrySplit(c, groups); ok {
+			best = cost
+			break
 		}
 	}
-	p = split
 	if best < 0 {
 		return BLMXParams{}, fmt.Errorf("kernels: MMA-layout matrix [%d, %d]: no work split fits %d bytes of threadgroup memory with clusters of at most %d", g.N, g.K, BLMXShared, max(d.MaxCluster, 1))
 	}
@@ -357,9 +360,10 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 }
 
 // TrySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks)
-// and returns its estimated cost (NewBLMXParams' model); false, p unchanged, when the split
-// leaves a K part without chunks or its threadgroup memory does not fit BLMXShared. For tests
-// and benchmarks that try other splits than NewBLMXParams chooses.
+// and returns a rough cost (the bytes its busiest simdgroup's threadgroup streams plus the
+// activations it stages, and 32 KiB for the cluster barriers; not a measured model); false, p
+// unchanged, when the split leaves a K part without chunks or its threadgroup memory does not
+// fit BLMXShared. For NewBLMXParams, and tests and benchmarks that try other splits.
 func (p *BLMXParams) TrySplit(c, groups int) (int64, bool) {
 	if c < 1 || c > BLMMaxClusters || int64(c) > int64(p.Chunks) {
 		return 0, false

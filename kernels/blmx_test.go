@@ -140,8 +140,8 @@ func TestBLMXCopyRefusals(t *testing.T) {
 }
 
 // TestBLMXSplit27B: the split NewBLMXParams chooses for the 27B's matrices on an H200 (132
-// multiprocessors, clusters of 8) fits, covers every chunk, and is the same for 1, 8 and 16
-// rows; the choices are logged (the cost model is not measured: docs/performance.md §3.3j).
+// multiprocessors, clusters of 8) fits, covers every chunk, is the same for 1, 8 and 16 rows,
+// and is the measured one (docs/performance.md §3.3j): clusters of 2, for down 4.
 func TestBLMXSplit27B(t *testing.T) {
 	h200 := BLMXDevice{SMs: 132, MaxCluster: 8}
 	for _, c := range []struct {
@@ -149,13 +149,14 @@ func TestBLMXSplit27B(t *testing.T) {
 		f    formats.Format
 		n, k int64
 		epi  uint32
+		cl   uint32
 	}{
-		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU},
-		{"down", formats.NVFP4, 5120, 17408, EpiStore},
-		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore},
-		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore},
-		{"attention qkv", formats.FP8, 14336, 5120, EpiStore},
-		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd},
+		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU, 2},
+		{"down", formats.NVFP4, 5120, 17408, EpiStore, 4},
+		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore, 2},
+		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore, 2},
+		{"attention qkv", formats.FP8, 14336, 5120, EpiStore, 2},
+		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd, 2},
 	} {
 		g, err := blm.NewGeometry(blm.Spec{Format: c.f, N: c.n, K: c.k})
 		if err != nil {
@@ -172,6 +173,9 @@ func TestBLMXSplit27B(t *testing.T) {
 			}
 			if err := p.Validate(); err != nil {
 				t.Fatalf("%s, %d rows: %v", c.name, rows, err)
+			}
+			if p.Cl != c.cl {
+				t.Fatalf("%s: clusters of %d, want %d", c.name, p.Cl, c.cl)
 			}
 			if rows == 1 {
 				first = p
