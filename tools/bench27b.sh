@@ -8,7 +8,8 @@
 # It synthesizes the 27B-shaped target (random weights in the real formats) and its DSpark head,
 # packs them (~50 s; kept in /tmp/w while the machine lives), runs `lithos-run bench` with the
 # BLM kernels' thread-block clusters on and off (MODES="on off"; LITHOS_CUDA_CLUSTERS=0 is off;
-# the mode mma runs with LITHOS_CUDA_MMA=1: the MMA-layout kernels, docs/performance.md §3.3j),
+# the mode blm runs with LITHOS_CUDA_MMA=0: the BLM kernels instead of the MMA-layout ones,
+# docs/performance.md §3.3j),
 # optionally the first-use self-check of --backend auto (SELFCHECK=1), and Nsight Compute's
 # per-kernel durations of a speculative generate (NCU=1; ncu.csv.gz in $OUT, summed per kernel
 # and grid as in §8.2). SNAPSHOT=N adds `--snapshot N` (a prefix checkpoint of N tokens copied out
@@ -33,7 +34,7 @@ if [ ! -f q.lithos ]; then
 fi
 for mode in ${MODES:-on off}; do
   if [ "$mode" = off ]; then export LITHOS_CUDA_CLUSTERS=0; else unset LITHOS_CUDA_CLUSTERS; fi
-  if [ "$mode" = mma ]; then export LITHOS_CUDA_MMA=1; else unset LITHOS_CUDA_MMA; fi
+  if [ "$mode" = blm ]; then export LITHOS_CUDA_MMA=0; else unset LITHOS_CUDA_MMA; fi
   ./lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 ${SNAPSHOT:+--snapshot $SNAPSHOT} --json >"$OUT/bench-$mode.json" 2>"$OUT/bench-$mode.err"
   python3 -c "
 import json; d=json.load(open('$OUT/bench-$mode.json')); p=d['plain']; ss=d['speculative']['speculative']

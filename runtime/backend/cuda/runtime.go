@@ -43,8 +43,8 @@ func (r *runtimeDevice) HostAlloc(size int64, mapped bool) (*gpu.HostBuffer, err
 func (r *runtimeDevice) String() string { return describe(r.d.Info) }
 
 // describe is runtimeDevice.String of a device with info (UsableDevice gives the same). The
-// A/B switches that change which kernels run (LITHOS_CUDA_FRAGMENT=0, LITHOS_CUDA_CLUSTERS=0)
-// are part of it, so that a self-check verdict is not reused across them.
+// A/B switches that change which kernels run (LITHOS_CUDA_FRAGMENT=0, LITHOS_CUDA_CLUSTERS=0,
+// LITHOS_CUDA_MMA=0) are part of it, so that a self-check verdict is not reused across them.
 func describe(info Info) string {
 	nv := "unknown"
 	if major, minor, err := NVRTCVersion(); err == nil {
@@ -57,16 +57,17 @@ func describe(info Info) string {
 	if os.Getenv("LITHOS_CUDA_CLUSTERS") == "0" {
 		s += ", clusters off"
 	}
-	if mmaLayoutOn() {
-		s += ", MMA layout"
+	if !mmaLayoutOn() {
+		s += ", MMA layout off"
 	}
 	return s
 }
 
-// mmaLayoutOn reports LITHOS_CUDA_MMA=1: the target's NVFP4 and FP8 matrices are rewritten into
-// the MMA layout at load and multiplied by lithos_blmx_* (runtimeDevice.MMALayout). Opt-in until
-// those kernels are measured on the H200 (docs/performance.md §3.3j).
-func mmaLayoutOn() bool { return os.Getenv("LITHOS_CUDA_MMA") == "1" }
+// mmaLayoutOn reports whether the target's NVFP4 and FP8 matrices are rewritten into the MMA
+// layout at load and multiplied by lithos_blmx_* (runtimeDevice.MMALayout): yes unless
+// LITHOS_CUDA_MMA=0 (A/B runs; measured on the H200, docs/performance.md §3.3j: an 8-row verify
+// pass of the 27B-shaped bundle 15.9 → 12.9 ms).
+func mmaLayoutOn() bool { return os.Getenv("LITHOS_CUDA_MMA") != "0" }
 
 // UploadStaged asks the kernel to read the mapping ahead (it is read once, front to back),
 // then stages it through pinned memory (Device.UploadStaged).
@@ -97,7 +98,7 @@ func (r *runtimeDevice) FragmentLayout() bool {
 	return (emu == nil || emu.tensorCore()) && os.Getenv("LITHOS_CUDA_FRAGMENT") != "0"
 }
 
-// MMALayout implements gpu.MMALayouter: with LITHOS_CUDA_MMA=1 on a GPU that gives a block the
+// MMALayout implements gpu.MMALayouter: unless LITHOS_CUDA_MMA=0, on a GPU that gives a block the
 // kernels' threadgroup memory (kernels.BLMXShared and 512 static bytes: the H100/H200; on the
 // emulator only in its tensor-core build), the device for the MMA-layout work split: its
 // multiprocessors, clusters of up to
