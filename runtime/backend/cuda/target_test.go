@@ -84,7 +84,7 @@ func loadGoldenTargetOf(t *testing.T, name string) (*opEnv, *gpu.Target, *bundle
 
 // TestTargetUpload: the device copy of weights.bin is the mapping, byte for byte, except the
 // target matrices the device reads fragment-major (gpu.FragmentLayouter; on the GPU every one
-// that has such a copy), which are kernels.BLMFragmentMajor of theirs, and with LITHOS_CUDA_MMA=1
+// that has such a copy), which are kernels.BLMFragmentMajor of theirs, and (unless LITHOS_CUDA_MMA=0)
 // those in the MMA layout (kernels.BLMXCopy); the vectors are the
 // bundle's decoded floats; a bundle larger than the free memory is refused first.
 func TestTargetUpload(t *testing.T) {
