@@ -59,10 +59,12 @@ static inline uint bf16x2_mul(uint a, uint b) {
     return blm_rn_bf16(blm_bf16lo(a) * blm_bf16lo(b)) | (blm_rn_bf16(blm_bf16hi(a) * blm_bf16hi(b)) << 16);
 }
 static inline float blm_dot2(uint a, uint b) { return blm_bf16lo(a) * blm_bf16lo(b) + blm_bf16hi(a) * blm_bf16hi(b); }
-// blm_mma: the PTX m16n8k16 bf16 MMA (see prelude/cuda.h for the fragment layout) by simdgroup
+// blm_mma_emu: the PTX m16n8k16 MMA (see prelude/cuda.h for the fragment layout) by simdgroup
 // shuffles: lane (g, q) gathers row g's and row g+8's A fragments and columns 2q, 2q+1's B
-// fragments from the four lanes of each quad.
-static inline void blm_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, uint lane) {
+// fragments from the four lanes of each quad; DOT multiplies two packed pairs (bf16 or f16) and
+// adds the products in float32.
+template <float (*DOT)(uint, uint)>
+static inline void blm_mma_emu(thread float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, uint lane) {
     const uint g = lane >> 2, q = lane & 3u;
     uint4 av;
     av.x = a0; av.y = a1; av.z = a2; av.w = a3;
@@ -73,12 +75,16 @@ static inline void blm_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, 
         const uint4 A = simd_shuffle(av, (ushort)(4u * g + k));
         const uint2 B0 = simd_shuffle(bv, (ushort)(8u * q + k));
         const uint2 B1 = simd_shuffle(bv, (ushort)(8u * q + 4u + k));
-        s0 += blm_dot2(A.x, B0.x) + blm_dot2(A.z, B0.y);
-        s1 += blm_dot2(A.x, B1.x) + blm_dot2(A.z, B1.y);
-        s2 += blm_dot2(A.y, B0.x) + blm_dot2(A.w, B0.y);
-        s3 += blm_dot2(A.y, B1.x) + blm_dot2(A.w, B1.y);
+        s0 += DOT(A.x, B0.x) + DOT(A.z, B0.y);
+        s1 += DOT(A.x, B1.x) + DOT(A.z, B1.y);
+        s2 += DOT(A.y, B0.x) + DOT(A.w, B0.y);
+        s3 += DOT(A.y, B1.x) + DOT(A.w, B1.y);
     }
     c[0] += s0; c[1] += s1; c[2] += s2; c[3] += s3;
+}
+// blm_mma: the bf16 MMA of the BLM kernels.
+static inline void blm_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, uint lane) {
+    blm_mma_emu<blm_dot2>(c, a0, a1, a2, a3, b0, b1, lane);
 }
 // The MMA-layout kernels' primitives (prelude/cuda.h, ops/blmx.kern), emulated exactly: IEEE
 // binary16 conversions with round-to-nearest-even and subnormals, PTX prmt's default mode.
@@ -132,25 +138,9 @@ static inline uint blmx_f16x2(float lo, float hi) { return blmx_f32_to_f16(lo) |
 static inline float blmx_f16lo(uint h) { return blmx_f16_to_f32(h & 0xFFFFu); }
 static inline float blmx_f16hi(uint h) { return blmx_f16_to_f32(h >> 16); }
 static inline float blmx_dot2(uint a, uint b) { return blmx_f16lo(a) * blmx_f16lo(b) + blmx_f16hi(a) * blmx_f16hi(b); }
-// blmx_mma: the PTX m16n8k16 f16 MMA (blm_mma's fragment layout and shuffles; the products are
-// exact in float32, the sums float32 in this order).
+// blmx_mma: the f16 MMA of the MMA-layout kernels (the products are exact in float32).
 static inline void blmx_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, uint b0, uint b1, uint lane) {
-    const uint g = lane >> 2, q = lane & 3u;
-    uint4 av;
-    av.x = a0; av.y = a1; av.z = a2; av.w = a3;
-    uint2 bv;
-    bv.x = b0; bv.y = b1;
-    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-    for (uint k = 0; k < 4u; ++k) {
-        const uint4 A = simd_shuffle(av, (ushort)(4u * g + k));
-        const uint2 B0 = simd_shuffle(bv, (ushort)(8u * q + k));
-        const uint2 B1 = simd_shuffle(bv, (ushort)(8u * q + 4u + k));
-        s0 += blmx_dot2(A.x, B0.x) + blmx_dot2(A.z, B0.y);
-        s1 += blmx_dot2(A.x, B1.x) + blmx_dot2(A.z, B1.y);
-        s2 += blmx_dot2(A.y, B0.x) + blmx_dot2(A.w, B0.y);
-        s3 += blmx_dot2(A.y, B1.x) + blmx_dot2(A.w, B1.y);
-    }
-    c[0] += s0; c[1] += s1; c[2] += s2; c[3] += s3;
+    blm_mma_emu<blmx_dot2>(c, a0, a1, a2, a3, b0, b1, lane);
 }
 static inline uint4 blmx_ld16(device const uchar* p) { return *(device const uint4*)p; }
 static inline uint2 blmx_ld8(device const uchar* p) { return *(device const uint2*)p; }

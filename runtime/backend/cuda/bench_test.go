@@ -471,6 +471,66 @@ func BenchmarkBLMOne(b *testing.B) {
 // benchDevice is the setup every GPU benchmark shares: the test device, its streaming read
 // bandwidth measured in the same run (4 GiB, median of 10 reads: the floor the benchmarks
 // report against, logged) and the kernel module (unloaded when b ends).
+// benchIO allocates a benchmark's step state (64 zero words), x and y (xFloats and yFloats
+// float32 values, contents undefined), freed when b ends.
+func benchIO(b *testing.B, d *Device, s *Stream, xFloats, yFloats int64) (ctl, x, y *Buffer) {
+	b.Helper()
+	var err error
+	for _, a := range []struct {
+		dst  **Buffer
+		size int64
+	}{{&ctl, 256}, {&x, 4 * xFloats}, {&y, 4 * yFloats}} {
+		if *a.dst, err = d.Alloc(a.size); err != nil {
+			b.Fatal(err)
+		}
+		buf := *a.dst
+		b.Cleanup(func() { buf.Free() })
+	}
+	if err := s.Fill32(ctl, 0, 64, 0); err != nil {
+		b.Fatal(err)
+	}
+	return ctl, x, y
+}
+
+// timeReplays captures the launches launch queues on s into a graph, replays it once to warm
+// up and then 7 times between events, and returns the 7 replay times.
+func timeReplays(b *testing.B, d *Device, s *Stream, launch func() error) []time.Duration {
+	b.Helper()
+	gr, err := s.Capture(launch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gr.Close()
+	const reps = 7
+	evs := make([]*Event, reps+1)
+	for i := range evs {
+		if evs[i], err = d.NewEvent(); err != nil {
+			b.Fatal(err)
+		}
+		defer evs[i].Close()
+	}
+	if err := gr.Launch(s); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < reps; i++ {
+		evs[i].Record(s)
+		if err := gr.Launch(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	evs[reps].Record(s)
+	if err := s.Wait(0); err != nil {
+		b.Fatal(err)
+	}
+	times := make([]time.Duration, reps)
+	for i := range times {
+		if times[i], err = evs[i+1].Since(evs[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return times
+}
+
 func benchDevice(b *testing.B) (*Device, *Kernels, Bandwidth) {
 	d := testDevice(b)
 	floor, err := d.ReadBandwidth(4<<30, 10)

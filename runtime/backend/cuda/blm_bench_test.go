@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"testing"
-	"time"
 
 	"lithos/formats"
 	"lithos/kernels"
@@ -146,24 +145,7 @@ func BenchmarkBLMShapes(b *testing.B) {
 		{"bf16-qkv", formats.BF16, 10240, 5120, kernels.EpiStore},
 		{"bf16-out", formats.BF16, 5120, 6144, kernels.EpiStore},
 	}
-	ctl, err := d.Alloc(256)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ctl.Free()
-	if err := s.Fill32(ctl, 0, 64, 0); err != nil {
-		b.Fatal(err)
-	}
-	x, err := d.Alloc(16 * 17408 * 4)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer x.Free()
-	y, err := d.Alloc(16 * 248320 * 4)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer y.Free()
+	ctl, x, y := benchIO(b, d, s, 16*17408, 16*248320)
 	xs := make([]float32, 16*17408)
 	r := rand.New(rand.NewPCG(9, 9))
 	for i := range xs {
@@ -232,7 +214,7 @@ func BenchmarkBLMShapes(b *testing.B) {
 				if err := recs.Upload(d); err != nil {
 					b.Fatal(err)
 				}
-				gr, err := s.Capture(func() error {
+				times := timeReplays(b, d, s, func() error {
 					for _, m := range mats {
 						var err error
 						if cl > 1 {
@@ -246,35 +228,6 @@ func BenchmarkBLMShapes(b *testing.B) {
 					}
 					return nil
 				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				const reps = 7
-				evs := make([]*Event, reps+1)
-				for i := range evs {
-					if evs[i], err = d.NewEvent(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := gr.Launch(s); err != nil {
-					b.Fatal(err)
-				}
-				for i := 0; i < reps; i++ {
-					evs[i].Record(s)
-					if err := gr.Launch(s); err != nil {
-						b.Fatal(err)
-					}
-				}
-				evs[reps].Record(s)
-				if err := s.Wait(0); err != nil {
-					b.Fatalf("%s rows %d parts %d: %v", sh.name, rows, parts, err)
-				}
-				times := make([]time.Duration, reps)
-				for i := range times {
-					if times[i], err = evs[i+1].Since(evs[i]); err != nil {
-						b.Fatal(err)
-					}
-				}
 				bw := newBandwidth(total, times)
 				mark := ""
 				switch {
@@ -289,10 +242,6 @@ func BenchmarkBLMShapes(b *testing.B) {
 					sh.name, rows, parts, wb, cl, mark, p.Grid()[0], copies, float64(per)/1e6, float64(bw.Median.Microseconds())/float64(copies), bw.GBps(), bw.GBps()/floor.GBps())
 				b.Log(line)
 				summary = append(summary, line)
-				for _, e := range evs {
-					e.Close()
-				}
-				gr.Close()
 				recs.Free()
 			}
 		}

@@ -182,24 +182,7 @@ func BenchmarkBLMXShapes(b *testing.B) {
 		{"fp8-attn_qkv", formats.FP8, 14336, 5120, kernels.EpiStore},
 		{"fp8-out", formats.FP8, 5120, 6144, kernels.EpiStore},
 	}
-	ctl, err := d.Alloc(256)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ctl.Free()
-	if err := s.Fill32(ctl, 0, 64, 0); err != nil {
-		b.Fatal(err)
-	}
-	x, err := d.Alloc(16 * 17408 * 4)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer x.Free()
-	y, err := d.Alloc(16 * 248320 * 4)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer y.Free()
+	ctl, x, y := benchIO(b, d, s, 16*17408, 16*248320)
 	xs := make([]float32, 16*17408)
 	r := rand.New(rand.NewPCG(9, 9))
 	for i := range xs {
@@ -208,42 +191,7 @@ func BenchmarkBLMXShapes(b *testing.B) {
 	if err := d.Write(x, 0, Float32Bytes(xs)); err != nil {
 		b.Fatal(err)
 	}
-	// timeGraph times reps replays of the launches launch queues (after one warm-up replay).
-	timeGraph := func(launch func() error) []time.Duration {
-		gr, err := s.Capture(launch)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer gr.Close()
-		const reps = 7
-		evs := make([]*Event, reps+1)
-		for i := range evs {
-			if evs[i], err = d.NewEvent(); err != nil {
-				b.Fatal(err)
-			}
-			defer evs[i].Close()
-		}
-		if err := gr.Launch(s); err != nil {
-			b.Fatal(err)
-		}
-		for i := 0; i < reps; i++ {
-			evs[i].Record(s)
-			if err := gr.Launch(s); err != nil {
-				b.Fatal(err)
-			}
-		}
-		evs[reps].Record(s)
-		if err := s.Wait(0); err != nil {
-			b.Fatal(err)
-		}
-		times := make([]time.Duration, reps)
-		for i := range times {
-			if times[i], err = evs[i+1].Since(evs[i]); err != nil {
-				b.Fatal(err)
-			}
-		}
-		return times
-	}
+	timeGraph := func(launch func() error) []time.Duration { return timeReplays(b, d, s, launch) }
 	var summary []string
 	report := func(key, line string, total int64, copies int, times []time.Duration) {
 		bw := newBandwidth(total, times)

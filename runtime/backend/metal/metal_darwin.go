@@ -177,6 +177,9 @@ func (d *Device) compile(src string) error {
 		return fmt.Errorf("metal: compile the kernel library: %s", describe(nserr))
 	}
 	for _, k := range kernels.Kernels() {
+		if k.MMAOnly {
+			continue // the CUDA tensor-core path's kernels: not in the Metal source (kernels.Kernel.MMAOnly)
+		}
 		fn := d.lib.Send(sel("newFunctionWithName:"), nsString(k.Name))
 		if fn == 0 {
 			return fmt.Errorf("metal: kernel %s is missing from the library", k.Name)

@@ -118,12 +118,15 @@ var (
 	pipeIndex map[string]int
 )
 
-// kernelPipe returns kernel name's entry and its index in kernels.Kernels().
+// kernelPipe returns kernel name's entry and its index in kernels.Kernels(); false for a name
+// that is not a kernel of the Metal library (the CUDA-only MMAOnly kernels among them).
 func kernelPipe(name string) (kernels.Kernel, int, bool) {
 	pipeOnce.Do(func() {
 		pipeIndex = map[string]int{}
 		for i, k := range kernels.Kernels() {
-			pipeIndex[k.Name] = i
+			if !k.MMAOnly {
+				pipeIndex[k.Name] = i
+			}
 		}
 	})
 	i, ok := pipeIndex[name]
