@@ -492,6 +492,46 @@ func benchIO(b *testing.B, d *Device, s *Stream, xFloats, yFloats int64) (ctl, x
 	return ctl, x, y
 }
 
+// benchMat is one copy of a benchmark's matrix on the device: its packed bytes w and its
+// row-scale table s.
+type benchMat struct{ w, s *Buffer }
+
+// benchMatrices allocates as many copies of a matrix of packed bytes plus a row-scale table of
+// rowsTab floats as make ≥ 1 GB (the L2 holds 60 MB), w filled with random words by chk's fill
+// kernel (seed copy + 1), s with 0x3c000000 (2⁻⁷), and waits for the fills; per is one copy's
+// bytes, free releases them all.
+func benchMatrices(b *testing.B, d *Device, s *Stream, chk *checkKernels, packed, rowsTab int64) (mats []benchMat, per int64, free func()) {
+	b.Helper()
+	per = packed + 4*rowsTab
+	free = func() {
+		for _, m := range mats {
+			m.w.Free()
+			m.s.Free()
+		}
+	}
+	for c := int64(0); c < (1e9+per-1)/per; c++ {
+		var m benchMat
+		var err error
+		if m.w, err = d.Alloc(packed); err != nil {
+			b.Fatal(err)
+		}
+		if m.s, err = d.Alloc(4 * rowsTab); err != nil {
+			b.Fatal(err)
+		}
+		mats = append(mats, m)
+		if err := chk.fill.Launch(s, D1(d.Info.SMs*4), D1(512), 0, m.w, uint64(packed/4), uint64(c+1)); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Fill32(m.s, 0, rowsTab, 0x3c000000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Wait(0); err != nil {
+		b.Fatal(err)
+	}
+	return mats, per, free
+}
+
 // timeReplays captures the launches launch queues on s into a graph, replays it once to warm
 // up and then 7 times between events, and returns the 7 replay times.
 func timeReplays(b *testing.B, d *Device, s *Stream, launch func() error) []time.Duration {

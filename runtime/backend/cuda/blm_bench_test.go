@@ -161,29 +161,8 @@ func BenchmarkBLMShapes(b *testing.B) {
 			b.Fatal(err)
 		}
 		rowsTab := g.Blocks * int64(g.Rows)
-		per := g.TotalBytes + 4*rowsTab
-		copies := int((1e9 + per - 1) / per)
-		type mat struct{ w, s *Buffer }
-		var mats []mat
-		for c := 0; c < copies; c++ {
-			var m mat
-			if m.w, err = d.Alloc(g.TotalBytes); err != nil {
-				b.Fatal(err)
-			}
-			if m.s, err = d.Alloc(4 * rowsTab); err != nil {
-				b.Fatal(err)
-			}
-			if err := chk.fill.Launch(s, D1(d.Info.SMs*4), D1(512), 0, m.w, uint64(g.TotalBytes/4), uint64(c+1)); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Fill32(m.s, 0, rowsTab, 0x3c000000); err != nil {
-				b.Fatal(err)
-			}
-			mats = append(mats, m)
-		}
-		if err := s.Wait(0); err != nil {
-			b.Fatal(err)
-		}
+		mats, per, freeMats := benchMatrices(b, d, s, chk, g.TotalBytes, rowsTab)
+		copies := len(mats)
 		total := int64(copies) * per
 		for _, rows := range []int{1, 8, 16} {
 			p0, err := kernels.NewBLMParams(g, rows, sh.epi)
@@ -245,10 +224,7 @@ func BenchmarkBLMShapes(b *testing.B) {
 				recs.Free()
 			}
 		}
-		for _, m := range mats {
-			m.w.Free()
-			m.s.Free()
-		}
+		freeMats()
 	}
 	b.Logf("summary (floor %.0f GB/s):", floor.GBps())
 	for _, l := range summary {
