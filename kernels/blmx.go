@@ -205,6 +205,22 @@ type BLMXDevice struct {
 	Active     [BLMMaxClusters + 1]int
 }
 
+// Groups returns how many clusters of c threadgroups d runs at once: Active[c], or SMs/c when
+// that is unknown (0); false when none fits (Active[c] < 0).
+func (d BLMXDevice) Groups(c int) (int, bool) {
+	if c < 0 || c >= len(d.Active) {
+		return 0, false
+	}
+	switch n := d.Active[c]; {
+	case n < 0:
+		return 0, false
+	case n == 0:
+		return d.SMs / max(c, 1), true
+	default:
+		return n, true
+	}
+}
+
 // BLMXParams: the product of lithos_blmx_nvfp4 / lithos_blmx_fp8 (ops/blmx.kern) over w in the
 // MMA layout (BLMXCopy): y[t, n] = scales[n]·Σ_k W[n, k]·x[t·LdX + k] for t < rows, n < N, with
 // the epilogues of BLMParams (EpiStore, EpiAdd, EpiSwiGLU). Format is FMT_NVFP4 (1) or FMT_FP8
@@ -255,7 +271,6 @@ type blmxGeom struct {
 	slots       int64 // slots per simdgroup the split needs
 	shared      int64 // threadgroup memory: activations + slots
 	itemsPerSG  int64 // the most items one simdgroup streams
-	xBytes      int64 // activation bytes one threadgroup stages (8 tokens of float32)
 	blocksPerCl int64 // the most blocks of one cluster
 }
 
@@ -292,7 +307,6 @@ func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool)
 		g.slots = max(g.slots, min((l+pc-BLMXGroup)/pc+1, g.blocksPerCl))
 	}
 	g.shared = int64(part)*ks*512 + (BLMXThreads/32)*g.slots*512
-	g.xBytes = int64(part) * ks * 16 * 8 * 4
 	return g, true
 }
 
@@ -332,7 +346,7 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 		}
 		p.LdY = uint32(g.N / 2)
 	}
-	best := int64(-1)
+	found := false
 	order := []int{2, 4, 8, 1}
 	if max(d.MaxCluster, 1) == 1 {
 		order = []int{1}
@@ -341,51 +355,42 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 		if c > max(d.MaxCluster, 1) {
 			continue
 		}
-		groups := d.Active[c]
-		if groups < 0 {
+		groups, ok := d.Groups(c)
+		if !ok {
 			continue
 		}
-		if groups == 0 {
-			groups = d.SMs / c
-		}
-		if cost, ok := p.TrySplit(c, groups); ok {
-			best = cost
+		if p.TrySplit(c, groups) {
+			found = true
 			break
 		}
 	}
-	if best < 0 {
+	if !found {
 		return BLMXParams{}, fmt.Errorf("kernels: MMA-layout matrix [%d, %d]: no work split fits %d bytes of threadgroup memory with clusters of at most %d", g.N, g.K, BLMXShared, max(d.MaxCluster, 1))
 	}
 	return p, nil
 }
 
-// TrySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks)
-// and returns a rough cost (the bytes its busiest simdgroup's threadgroup streams plus the
-// activations it stages, and 32 KiB for the cluster barriers; not a measured model); false, p
-// unchanged, when the split leaves a K part without chunks or its threadgroup memory does not
-// fit BLMXShared. For NewBLMXParams, and tests and benchmarks that try other splits.
-func (p *BLMXParams) TrySplit(c, groups int) (int64, bool) {
+// TrySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks);
+// false, p unchanged, when the split leaves a K part without chunks or its threadgroup memory
+// does not fit BLMXShared. For NewBLMXParams, and tests and benchmarks that try other splits.
+func (p *BLMXParams) TrySplit(c, groups int) bool {
 	if c < 1 || c > BLMMaxClusters || int64(c) > int64(p.Chunks) {
-		return 0, false
+		return false
 	}
 	groups = min(groups, int(p.Blocks))
 	if groups < 1 {
-		return 0, false
+		return false
 	}
 	part := ((p.Chunks+uint32(c)-1)/uint32(c) + BLMXGroup - 1) / BLMXGroup * BLMXGroup
 	if uint32(c-1)*part >= p.Chunks {
-		return 0, false // a rank without chunks
+		return false // a rank without chunks
 	}
 	sh, _ := blmxShape(p.Format, p.Blocks, p.Chunks, part, uint32(c), uint32(groups))
 	if sh.shared > BLMXShared {
-		return 0, false
-	}
-	cost := sh.itemsPerSG*sh.cb*(BLMXThreads/32) + sh.xBytes
-	if c > 1 {
-		cost += 32 << 10
+		return false
 	}
 	p.Cl, p.Groups, p.PartChunks, p.Slots = uint32(c), uint32(groups), part, uint32(sh.slots)
-	return cost, true
+	return true
 }
 
 // Validate checks the record against the rules of lithos_blmx_*: Rows 1–16; N, K ≥ 1; Format

@@ -104,7 +104,7 @@ func TestFiberBLMX(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, ok := p.TrySplit(cl, groups); !ok {
+				if !p.TrySplit(cl, groups) {
 					// Refused only when some K part would get no step of chunks.
 					if part := ((int(p.Chunks)+cl-1)/cl + BLMXGroup - 1) / BLMXGroup * BLMXGroup; int(p.Chunks) > (cl-1)*part {
 						t.Fatalf("trySplit refused clusters of %d for %d chunks", cl, p.Chunks)
@@ -140,7 +140,7 @@ func TestFiberBLMXRowsInvariant(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, ok := p.TrySplit(cl, 2); !ok {
+				if !p.TrySplit(cl, 2) {
 					t.Fatalf("no split with clusters of %d", cl)
 				}
 				if rows == 1 {
@@ -182,7 +182,7 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := p.TrySplit(cl, 1); !ok {
+			if !p.TrySplit(cl, 1) {
 				t.Fatalf("no split with clusters of %d", cl)
 			}
 			got := blmxRun(t, p, c, x, rows, n, slices.Clone(res))
@@ -197,7 +197,7 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := ps.TrySplit(cl, 1); !ok {
+			if !ps.TrySplit(cl, 1) {
 				t.Fatalf("no split with clusters of %d", cl)
 			}
 			gs := blmxRun(t, ps, c, x, rows, half, nil)
@@ -261,7 +261,7 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := p.TrySplit(2, 1); !ok {
+	if !p.TrySplit(2, 1) {
 		t.Fatal("no split with clusters of 2")
 	}
 	p.DoneWord = doneW

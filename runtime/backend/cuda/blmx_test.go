@@ -21,15 +21,9 @@ import (
 // invariance, and their speed per shape against the read floor (BenchmarkBLMXShapes). They run
 // without LITHOS_CUDA_MMA (that switch only puts them in the sessions' programs).
 
-// blmxDevice is the split's description of the test device (as runtimeDevice.MMALayout makes it,
-// without the switch).
-func blmxDevice(e *opEnv) kernels.BLMXDevice {
-	dev := kernels.BLMXDevice{SMs: e.d.Info.SMs, MaxCluster: 1}
-	if e.clusters() {
-		dev.MaxCluster = kernels.BLMMaxClusters
-	}
-	return dev
-}
+// blmxDevice is the split's description of the test device, as runtimeDevice.MMALayout makes it
+// (without the switch).
+func blmxDevice(e *opEnv) kernels.BLMXDevice { return mmaDevice(e.d, e.ks, e.clusters()) }
 
 // TestBLMX: every cluster size 1, 2, 4, 8 the device launches (clusters spread over its
 // multiprocessors), 1, 3, 8 and 16 rows, against the CPU backend — tolerance TestOpBLM's plus
@@ -87,7 +81,8 @@ func TestBLMX(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if _, ok := rec.TrySplit(cl, max(dev.SMs/cl, 1)); !ok {
+					groups, _ := dev.Groups(cl)
+					if !rec.TrySplit(cl, max(groups, 1)) {
 						t.Logf("clusters of %d: no split fits (a K part without chunks or too much threadgroup memory)", cl)
 						return
 					}
@@ -116,7 +111,8 @@ func TestBLMX(t *testing.T) {
 						// Rows 8–15 as an 8-row launch of their own.
 						by8 := e.poisoned(8 * n)
 						rec8, _ := kernels.NewBLMXParams(m.g, 8, kernels.EpiStore, dev)
-						if _, ok := rec8.TrySplit(cl, max(dev.SMs/cl, 1)); !ok {
+						groups, _ := dev.Groups(cl)
+						if !rec8.TrySplit(cl, max(groups, 1)) {
 							t.Fatalf("8 rows: no split with clusters of %d", cl)
 						}
 						e.run(name, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8)
@@ -154,19 +150,9 @@ func BenchmarkBLMXShapes(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1}
-	if d.LaunchesClusters() {
-		dev.MaxCluster = kernels.BLMMaxClusters
-		name, _ := kernels.BLMXKernel(formats.NVFP4)
-		for c := 2; c <= kernels.BLMMaxClusters; c *= 2 {
-			if n, ok, err := ks.MaxActiveClusters(name, c); err == nil && ok {
-				dev.Active[c] = n
-				if n == 0 {
-					dev.Active[c] = -1
-				}
-				b.Logf("clusters of %d: %d at once", c, n)
-			}
-		}
+	dev := mmaDevice(d, ks, d.LaunchesClusters())
+	for c := 2; c <= dev.MaxCluster; c *= 2 {
+		b.Logf("clusters of %d: %d at once (0: unknown, -1: none)", c, dev.Active[c])
 	}
 	type shape struct {
 		name string
@@ -223,14 +209,11 @@ func BenchmarkBLMXShapes(b *testing.B) {
 					if cl == int(p0.Cl) || cl > dev.MaxCluster {
 						continue
 					}
-					groups := dev.Active[cl]
-					if groups < 0 {
+					groups, ok := dev.Groups(cl)
+					if !ok {
 						continue
 					}
-					if groups == 0 {
-						groups = dev.SMs / cl
-					}
-					if _, ok := p.TrySplit(cl, groups); !ok {
+					if !p.TrySplit(cl, groups) {
 						continue
 					}
 					mark = ""

@@ -109,21 +109,30 @@ func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
 	if !mmaLayoutOn() || (emu != nil && !emu.tensorCore()) || r.d.Info.SharedOptin < kernels.BLMXShared+512 {
 		return kernels.BLMXDevice{}, false
 	}
-	dev := kernels.BLMXDevice{SMs: r.d.Info.SMs, MaxCluster: 1}
-	if r.d.LaunchesClusters() && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0" {
-		dev.MaxCluster = kernels.BLMMaxClusters
-		// Both formats' kernels take the same threadgroup memory, which decides the clusters.
-		name, _ := kernels.BLMXKernel(formats.NVFP4)
-		for c := 2; c <= kernels.BLMMaxClusters; c *= 2 {
-			if n, ok, err := r.ks.MaxActiveClusters(name, c); err == nil && ok {
-				dev.Active[c] = n
-				if n == 0 {
-					dev.Active[c] = -1 // none fits
-				}
+	return mmaDevice(r.d, r.ks, r.d.LaunchesClusters() && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0"), true
+}
+
+// mmaDevice describes d for the MMA-layout work split: its multiprocessors and, with clusters,
+// clusters of up to kernels.BLMMaxClusters with the count of each size that runs at once
+// (ks.MaxActiveClusters of the NVFP4 kernel: both formats' kernels take the same threadgroup
+// memory, which decides it; 0 from the driver is "none fits", a query it cannot answer leaves
+// the size to the multiprocessor count).
+func mmaDevice(d *Device, ks *Kernels, clusters bool) kernels.BLMXDevice {
+	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1}
+	if !clusters {
+		return dev
+	}
+	dev.MaxCluster = kernels.BLMMaxClusters
+	name, _ := kernels.BLMXKernel(formats.NVFP4)
+	for c := 2; c <= kernels.BLMMaxClusters; c *= 2 {
+		if n, ok, err := ks.MaxActiveClusters(name, c); err == nil && ok {
+			dev.Active[c] = n
+			if n == 0 {
+				dev.Active[c] = -1
 			}
 		}
 	}
-	return dev, true
+	return dev
 }
 
 // ReadBandwidthGBs is the median of 5 reads of 4 GiB (many times the L2) with the device-check
