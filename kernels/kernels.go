@@ -221,6 +221,28 @@ func Source(t Target) string {
 	return b.String()
 }
 
+// entryMarker, alone on a line of a kernel body (after its indentation), is where the entry
+// (GRID_WAIT, GRID_LAUNCH_DEPENDENTS, the done check) goes instead of the body's top: a body
+// puts before it only what reads nothing but its parameter record and its weights (constant for
+// the whole run), such as the first weight loads of a matrix kernel.
+const entryMarker = "LITHOS_ENTRY;"
+
+// entryBody is body with the entry: wait for the kernel before this one (programmatic
+// dependent launch; a no-op without it and on Metal: prelude GRID_WAIT), let the next one be
+// scheduled, then the done check — at the body's entryMarker, or at its top when it has none.
+// It panics on a body with more than one marker (a template error).
+func entryBody(k Kernel, body string) string {
+	const code = "GRID_WAIT(); GRID_LAUNCH_DEPENDENTS();\n    if (p.done_word != NOWORD && ctl[p.done_word] != 0u) return;"
+	switch n := strings.Count(body, entryMarker); n {
+	case 0:
+		return "    " + code + "\n" + body
+	case 1:
+		return strings.Replace(body, entryMarker, code, 1)
+	default:
+		panic(fmt.Sprintf("kernels: ops/%s.kern has %d %s lines", k.Op, n, entryMarker))
+	}
+}
+
 // bodyMarker separates an op template's helpers (emitted once) from its kernel body (emitted
 // once per variant).
 const bodyMarker = "//@@ body"
@@ -295,8 +317,7 @@ func entry(t Target, k Kernel) string {
 			"    uint tid [[thread_index_in_threadgroup]],\n    uint lane [[thread_index_in_simdgroup]],\n" +
 			"    uint sg [[simdgroup_index_in_threadgroup]])\n{\n")
 	}
-	b.WriteString("    if (p.done_word != NOWORD && ctl[p.done_word] != 0u) return;\n")
-	b.WriteString(body)
+	b.WriteString(entryBody(k, body))
 	b.WriteString("}\n")
 	for _, n := range defs {
 		fmt.Fprintf(&b, "#undef %s\n", n)

@@ -178,3 +178,19 @@ FN u32 blm_cluster_size() {
 #else
 #define BLM_CLUSTER 0
 #endif
+// Programmatic dependent launch (sm_90 and newer; docs/performance.md §3.3k): a kernel the
+// host launches with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION may start while the
+// kernel before it on the stream still runs. GRID_WAIT waits until that kernel has finished
+// and its memory writes are visible (griddepcontrol.wait; immediate when the launch had no such
+// predecessor), so every kernel calls it before it reads or writes anything but its parameter
+// record and its weights (kernels.Source emits it at the entry; LITHOS_ENTRY places it in a body
+// that loads weights first). GRID_LAUNCH_DEPENDENTS lets the next kernel's threadgroups be
+// scheduled from now on (they wait in their own GRID_WAIT); the entry calls it right after
+// GRID_WAIT, so at most two kernels are in flight.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define GRID_LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define GRID_WAIT() ((void)0)
+#define GRID_LAUNCH_DEPENDENTS() ((void)0)
+#endif

@@ -181,3 +181,7 @@ static inline uint blm_cluster_size() { return lithos_fiber::cluster_size(); }
 #else
 #define BLM_CLUSTER 0
 #endif
+// Programmatic dependent launch is CUDA's (prelude/cuda.h): a Metal command runs after the one
+// before it on the encoder, so there is nothing to wait for.
+#define GRID_WAIT() ((void)0)
+#define GRID_LAUNCH_DEPENDENTS() ((void)0)

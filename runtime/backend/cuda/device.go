@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -58,6 +59,16 @@ type Info struct {
 func (d *Device) LaunchesClusters() bool {
 	return d.Info.Major >= 9 && d.Info.ClusterLaunch && drv.cuLaunchKernelEx.addr != 0 && (emu == nil || emu.tensorCore())
 }
+
+// LaunchesOverlapped reports whether lithos's kernels are launched with programmatic dependent
+// launch (Kernels.Overlap): compute 9.0 or newer (griddepcontrol, prelude GRID_WAIT), a driver
+// with cuLaunchKernelEx, and LITHOS_CUDA_OVERLAP not 0 (A/B runs; docs/performance.md §3.3k).
+func (d *Device) LaunchesOverlapped() bool {
+	return d.Info.Major >= 9 && drv.cuLaunchKernelEx.addr != 0 && overlapOn()
+}
+
+// overlapOn: LITHOS_CUDA_OVERLAP=0 turns programmatic dependent launch off.
+func overlapOn() bool { return os.Getenv("LITHOS_CUDA_OVERLAP") != "0" }
 
 // Arch returns the NVRTC architecture of the device, "sm_" + major + minor (sm_90 on the H200).
 func (i Info) Arch() string { return "sm_" + strconv.Itoa(i.Major) + strconv.Itoa(i.Minor) }

@@ -71,6 +71,8 @@ type cpuEmulator struct {
 	kernels []kernels.Kernel
 	modules map[uintptr]bool // handle → the lithos module
 	failed  bool             // a launch failed: the fiber server is gone
+	// overlapped counts the launches with programmatic stream serialization (Kernels.Overlap).
+	overlapped int
 }
 
 // startEmulator maps the arena, builds (or reuses) the fiber server for the generated
@@ -254,21 +256,37 @@ func (e *cpuEmulator) call(name string, a []uintptr) uintptr {
 		}
 		return e.enqueue(a[8], op)
 	case "cuLaunchKernelEx":
-		// CUlaunchConfig (module.go launchConfig) with one attribute: the cluster dimension.
+		// CUlaunchConfig (module.go launchConfig) with one or two attributes, each at most
+		// once: the cluster dimension (clusters along x only, in the tensor-core build), the
+		// programmatic stream serialization (value 1). Launches run one after the other here, so
+		// an overlapped one simply runs after the kernel before it.
 		cfg := at[launchConfig](a[0])
 		ki := int(a[1]) - 1
-		if ki < 0 || ki >= len(e.kernels) || a[3] != 0 || cfg.numAttrs != 1 {
+		if ki < 0 || ki >= len(e.kernels) || a[3] != 0 || cfg.numAttrs < 1 || cfg.numAttrs > 2 {
 			return errInvalidValue
 		}
-		attr := at[launchAttr](cfg.attrs)
-		if attr.id != attrClusterDimension || attr.val[1] != 1 || attr.val[2] != 1 || attr.val[0] == 0 || cfg.gridX%attr.val[0] != 0 {
-			return errInvalidValue
+		var cluster uint32
+		var overlap bool
+		for i := uintptr(0); i < uintptr(cfg.numAttrs); i++ {
+			attr := at[launchAttr](cfg.attrs + i*unsafe.Sizeof(launchAttr{}))
+			switch {
+			case attr.id == attrClusterDimension && cluster == 0 && e.tensorCore():
+				if attr.val[1] != 1 || attr.val[2] != 1 || attr.val[0] == 0 || cfg.gridX%attr.val[0] != 0 {
+					return errInvalidValue
+				}
+				cluster = attr.val[0]
+			case attr.id == attrProgrammatic && !overlap && attr.val[0] == 1:
+				overlap = true
+				e.overlapped++
+			default:
+				return errInvalidValue
+			}
 		}
 		k := e.kernels[ki]
 		if int(cfg.blockX) != k.Threads || cfg.blockY != 1 || cfg.blockZ != 1 || int(cfg.shared) != k.Shared {
 			return errInvalidValue
 		}
-		op := emuOp{kind: 0, kernel: ki, grid: [3]uint32{cfg.gridX, cfg.gridY, cfg.gridZ}, threads: cfg.blockX, cluster: attr.val[0]}
+		op := emuOp{kind: 0, kernel: ki, grid: [3]uint32{cfg.gridX, cfg.gridY, cfg.gridZ}, threads: cfg.blockX, cluster: cluster}
 		for i := 0; i < 2+len(k.Buffers); i++ {
 			v := *at[uint64](*at[uintptr](a[2] + 8*uintptr(i)))
 			if !e.inArena(uintptr(v), 4) {

@@ -20,6 +20,12 @@ type Kernels struct {
 	// compile (or read) and load it.
 	Cached  bool
 	Compile time.Duration
+	// Overlap launches each kernel that follows another kernel on its stream with programmatic
+	// dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): its threadgroups
+	// may start, and the MMA-layout kernels load their first weights, while the one before it
+	// finishes; every kernel of lithos/kernels waits for its predecessor in its entry (prelude
+	// GRID_WAIT). LoadKernels sets it where Device.LaunchesOverlapped.
+	Overlap bool
 }
 
 type kfn struct {
@@ -83,6 +89,7 @@ func (d *Device) LoadKernels() (ks *Kernels, err error) {
 		}
 		ks.fns[k.Name] = kfn{f, k}
 	}
+	ks.Overlap = d.LaunchesOverlapped()
 	ks.Compile = time.Since(start)
 	return ks, nil
 }
@@ -143,10 +150,18 @@ func (ks *Kernels) launch(s *Stream, name string, grid, cluster [3]uint32, ctl, 
 		}
 		args = append(args, b)
 	}
+	var cl Dim3
 	if cluster != ([3]uint32{}) {
-		return e.f.LaunchCluster(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), Dim3{cluster[0], cluster[1], cluster[2]}, e.k.Shared, args...)
+		cl = Dim3{cluster[0], cluster[1], cluster[2]}
+		if drv.cuLaunchKernelEx.addr == 0 {
+			return fmt.Errorf("cuda: launch %s with clusters %v: the driver has no cuLaunchKernelEx (CUDA 12 or newer)", name, cluster)
+		}
+		if grid[0]%cluster[0] != 0 || grid[1]%cluster[1] != 0 || grid[2]%cluster[2] != 0 {
+			return fmt.Errorf("cuda: launch %s: grid %v is not whole clusters of %v", name, grid, cluster)
+		}
 	}
-	return e.f.Launch(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), e.k.Shared, args...)
+	// Overlapped only after a kernel: a copy or fill before it is waited for in full.
+	return e.f.launch(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), cl, e.k.Shared, ks.Overlap && s.follows, args)
 }
 
 // Unload unloads the module.

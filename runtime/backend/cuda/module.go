@@ -120,7 +120,7 @@ func (m *Module) Unload() error {
 // value: its bytes, at most 8-byte aligned). The driver copies the values at the call (and
 // at capture), so args may change afterwards. Errors name the kernel.
 func (f *Function) Launch(s *Stream, grid, block Dim3, shared int, args ...any) error {
-	return f.launch(s, grid, block, Dim3{}, shared, args)
+	return f.launch(s, grid, block, Dim3{}, shared, false, args)
 }
 
 // LaunchCluster is Launch with thread-block clusters of cluster blocks (sm_90; each grid
@@ -133,7 +133,7 @@ func (f *Function) LaunchCluster(s *Stream, grid, block, cluster Dim3, shared in
 	if cluster.X == 0 || cluster.Y == 0 || cluster.Z == 0 || grid.X%cluster.X != 0 || grid.Y%cluster.Y != 0 || grid.Z%cluster.Z != 0 {
 		return fmt.Errorf("cuda: launch %s: grid %v is not whole clusters of %v", f.Name, grid, cluster)
 	}
-	return f.launch(s, grid, block, cluster, shared, args)
+	return f.launch(s, grid, block, cluster, shared, false, args)
 }
 
 // launchConfig is cuda.h's CUlaunchConfig (64-bit layout: 56 bytes) and launchAttr its
@@ -181,12 +181,19 @@ type launchAttr struct {
 	val [16]uint32
 }
 
-// attrClusterDimension is CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (value: x, y, z).
-const attrClusterDimension = 4
+// attrClusterDimension is CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (value: x, y, z);
+// attrProgrammatic is CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (value: 1, the
+// launch may start before the kernel before it on the stream completes: cuda.h's CUlaunchAttributeID).
+const (
+	attrClusterDimension = 4
+	attrProgrammatic     = 6
+)
 
 // launch marshals args (see Launch) and queues f: cuLaunchKernel, or cuLaunchKernelEx with
-// the cluster dimension attribute when cluster is not zero.
-func (f *Function) launch(s *Stream, grid, block, cluster Dim3, shared int, args []any) error {
+// the cluster dimension attribute when cluster is not zero and the programmatic stream
+// serialization attribute when overlap is set (the kernel's threadgroups may start while the
+// kernel before it runs; the kernel waits for it in its entry, prelude GRID_WAIT).
+func (f *Function) launch(s *Stream, grid, block, cluster Dim3, shared int, overlap bool, args []any) error {
 	// Each argument gets 8-byte-aligned slots in one arena; kernelParams is an array of
 	// pointers into it (Go memory handed to the driver for the call: pinned).
 	words := 1
@@ -245,17 +252,30 @@ func (f *Function) launch(s *Stream, grid, block, cluster Dim3, shared int, args
 		params = uintptr(unsafe.Pointer(&ptrs[0]))
 	}
 	var err error
-	if cluster == (Dim3{}) {
+	if cluster == (Dim3{}) && !overlap {
 		err = f.d.do(func() error {
 			return call(drv.cuLaunchKernel, f.h, uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),
 				uintptr(block.X), uintptr(block.Y), uintptr(block.Z), uintptr(shared), s.h, params, 0)
 		})
 	} else {
-		at := &launchAttr{id: attrClusterDimension}
-		at.val[0], at.val[1], at.val[2] = cluster.X, cluster.Y, cluster.Z
+		if drv.cuLaunchKernelEx.addr == 0 {
+			return fmt.Errorf("cuda: launch %s: the driver has no cuLaunchKernelEx (CUDA 12 or newer)", f.Name)
+		}
+		at := &[2]launchAttr{}
+		n := 0
+		if cluster != (Dim3{}) {
+			at[n].id = attrClusterDimension
+			at[n].val[0], at[n].val[1], at[n].val[2] = cluster.X, cluster.Y, cluster.Z
+			n++
+		}
+		if overlap {
+			at[n].id = attrProgrammatic
+			at[n].val[0] = 1
+			n++
+		}
 		pin.Pin(at)
 		cfg := &launchConfig{gridX: grid.X, gridY: grid.Y, gridZ: grid.Z, blockX: block.X, blockY: block.Y, blockZ: block.Z,
-			shared: uint32(shared), stream: s.h, attrs: uintptr(unsafe.Pointer(at)), numAttrs: 1}
+			shared: uint32(shared), stream: s.h, attrs: uintptr(unsafe.Pointer(&at[0])), numAttrs: uint32(n)}
 		pin.Pin(cfg)
 		err = f.d.do(func() error {
 			return call(drv.cuLaunchKernelEx, uintptr(unsafe.Pointer(cfg)), f.h, params, 0)
@@ -265,6 +285,9 @@ func (f *Function) launch(s *Stream, grid, block, cluster Dim3, shared int, args
 	}
 	runtime.KeepAlive(ptrs)
 	runtime.KeepAlive(vals)
+	if err == nil {
+		s.follows = true
+	}
 	if err != nil {
 		if cluster != (Dim3{}) {
 			return fmt.Errorf("cuda: launch %s (grid %v, block %v, clusters %v, %d B shared): %w", f.Name, grid, block, cluster, shared, err)

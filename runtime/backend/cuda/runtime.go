@@ -60,6 +60,9 @@ func describe(info Info) string {
 	if !mmaLayoutOn() {
 		s += ", MMA layout off"
 	}
+	if !overlapOn() {
+		s += ", overlapped launches off"
+	}
 	return s
 }
 

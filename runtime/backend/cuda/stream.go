@@ -41,6 +41,10 @@ type Stream struct {
 	d    *Device
 	h    uintptr // CUstream
 	done uintptr // CUevent recorded by Wait (timing disabled)
+	// follows: the last work queued on the stream (or captured from it) is a kernel launch, so
+	// the next lithos kernel may overlap it (Kernels.Overlap); copies, fills, events, graph
+	// launches and the start and end of a capture clear it.
+	follows bool
 }
 
 // NewStream creates a stream.
@@ -82,6 +86,7 @@ func (s *Stream) Wait(timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = s.d.Timeout
 	}
+	s.follows = false
 	if err := s.d.do(func() error { return call(drv.cuEventRecord, s.done, s.h) }); err != nil {
 		return fmt.Errorf("cuda: wait: %w", err)
 	}
@@ -118,6 +123,7 @@ func (d *Device) waitEvent(ev uintptr, timeout time.Duration, what string) error
 
 // Query reports whether everything queued on the stream so far has finished, without waiting.
 func (s *Stream) Query() (bool, error) {
+	s.follows = false
 	var done bool
 	err := s.d.do(func() error {
 		if err := call(drv.cuEventRecord, s.done, s.h); err != nil {
@@ -141,6 +147,7 @@ func (s *Stream) CopyHtoD(dst *Buffer, dstOff int64, src *HostBuffer, srcOff, n 
 	if dstOff < 0 || n < 0 || dstOff+n > dst.Size || srcOff < 0 || srcOff+n > int64(len(src.Bytes)) {
 		return fmt.Errorf("cuda: copy %d bytes host[%d:] → device[%d:] outside the buffers (%d, %d bytes)", n, srcOff, dstOff, len(src.Bytes), dst.Size)
 	}
+	s.follows = false
 	return s.d.do(func() error {
 		return call(drv.cuMemcpyHtoDAsync, uintptr(dst.At(dstOff)), uintptr(hostPtr(src))+uintptr(srcOff), uintptr(n), s.h)
 	})
@@ -151,6 +158,7 @@ func (s *Stream) CopyDtoH(dst *HostBuffer, dstOff int64, src *Buffer, srcOff, n 
 	if srcOff < 0 || n < 0 || srcOff+n > src.Size || dstOff < 0 || dstOff+n > int64(len(dst.Bytes)) {
 		return fmt.Errorf("cuda: copy %d bytes device[%d:] → host[%d:] outside the buffers (%d, %d bytes)", n, srcOff, dstOff, src.Size, len(dst.Bytes))
 	}
+	s.follows = false
 	return s.d.do(func() error {
 		return call(drv.cuMemcpyDtoHAsync, uintptr(hostPtr(dst))+uintptr(dstOff), uintptr(src.At(srcOff)), uintptr(n), s.h)
 	})
@@ -161,6 +169,7 @@ func (s *Stream) CopyDtoD(dst *Buffer, dstOff int64, src *Buffer, srcOff, n int6
 	if srcOff < 0 || n < 0 || srcOff+n > src.Size || dstOff < 0 || dstOff+n > dst.Size {
 		return fmt.Errorf("cuda: copy %d bytes device[%d:] → device[%d:] outside the buffers (%d, %d bytes)", n, srcOff, dstOff, src.Size, dst.Size)
 	}
+	s.follows = false
 	return s.d.do(func() error {
 		return call(drv.cuMemcpyDtoDAsync, uintptr(dst.At(dstOff)), uintptr(src.At(srcOff)), uintptr(n), s.h)
 	})
@@ -172,6 +181,7 @@ func (s *Stream) Fill32(dst *Buffer, off, words int64, value uint32) error {
 	if off < 0 || off%4 != 0 || words < 0 || off+4*words > dst.Size {
 		return fmt.Errorf("cuda: fill %d words at byte %d of a %d-byte buffer", words, off, dst.Size)
 	}
+	s.follows = false
 	return s.d.do(func() error {
 		return call(drv.cuMemsetD32Async, uintptr(dst.At(off)), uintptr(value), uintptr(words), s.h)
 	})
@@ -194,6 +204,7 @@ func (d *Device) NewEvent() (*Event, error) {
 
 // Record queues the event on s.
 func (e *Event) Record(s *Stream) error {
+	s.follows = false
 	return e.d.do(func() error { return call(drv.cuEventRecord, e.h, s.h) })
 }
 
@@ -249,7 +260,9 @@ func (s *Stream) Capture(record func() error) (*Graph, error) {
 	if err := call(drv.cuStreamBeginCapture, s.h, captureModeThreadLc); err != nil {
 		return nil, fmt.Errorf("cuda: begin capture: %w", err)
 	}
+	s.follows = false
 	rerr := record()
+	s.follows = false
 	g := &Graph{d: s.d}
 	eerr := call(drv.cuStreamEndCapture, s.h, uintptr(unsafe.Pointer(&g.graph)))
 	if rerr != nil || eerr != nil {
@@ -274,6 +287,7 @@ func (s *Stream) Capture(record func() error) (*Graph, error) {
 
 // Launch queues one replay of the graph on s.
 func (g *Graph) Launch(s *Stream) error {
+	s.follows = false
 	return g.d.do(func() error { return call(drv.cuGraphLaunch, g.exec, s.h) })
 }
 
