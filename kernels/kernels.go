@@ -221,7 +221,8 @@ func Source(t Target) string {
 	return b.String()
 }
 
-// entryMarker, alone on a line of a kernel body (after its indentation), is where the entry
+// entryMarker, as a statement of a kernel body (the generator replaces its first occurrence,
+// comments included, and refuses a body with two), is where the entry
 // (GRID_WAIT, GRID_LAUNCH_DEPENDENTS, the done check) goes instead of the body's top: a body
 // puts before it only what reads nothing but its parameter record and its weights (constant for
 // the whole run), such as the first weight loads of a matrix kernel.
@@ -265,7 +266,8 @@ func mustRead(name string) string {
 }
 
 // entry generates one kernel entry point: the signature for target t, the variant's defines,
-// the thread-id variables, the done check, the template body.
+// the thread-id variables, then the template body with the entry (entryBody: GRID_WAIT,
+// GRID_LAUNCH_DEPENDENTS, the done check) at its top or at its entryMarker.
 func entry(t Target, k Kernel) string {
 	_, body := splitTemplate(k.Op)
 	var b strings.Builder

@@ -126,6 +126,18 @@ FN uint2 blmx_ld8(DEV const u8* p) {
     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     return v;
 }
+// blmx_ld16_early / blmx_ld8_early: the same loads, volatile, so that the compiler keeps them
+// where they are written — before the entry's GRID_WAIT (ops/blmx.kern's first group).
+FN uint4 blmx_ld16_early(DEV const u8* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+FN uint2 blmx_ld8_early(DEV const u8* p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
 // Asynchronous global → threadgroup copies (sm_80 cp.async) for the BLM kernels' weight ring:
 // blm_cp16 (16 bytes, L2 only: .cg) and blm_cp4 (4 bytes, .ca) queue a copy, blm_cp_commit closes
 // the thread's current group, blm_cp_wait<N> waits until at most N of its groups are pending.
@@ -184,8 +196,9 @@ FN u32 blm_cluster_size() {
 // and its memory writes are visible (griddepcontrol.wait; immediate when the launch had no such
 // predecessor), so every kernel calls it before it reads or writes anything but its parameter
 // record and its weights (kernels.Source emits it at the entry; LITHOS_ENTRY places it in a body
-// that loads weights first). GRID_LAUNCH_DEPENDENTS lets the next kernel's threadgroups be
-// scheduled from now on (they wait in their own GRID_WAIT); the entry calls it right after
+// that loads weights first). GRID_LAUNCH_DEPENDENTS is this threadgroup's signal that the next
+// kernel may be launched: it is, once every threadgroup of this grid has signalled or exited,
+// and its threadgroups then wait in their own GRID_WAIT; the entry signals right after
 // GRID_WAIT, so at most two kernels are in flight.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")

@@ -144,6 +144,9 @@ static inline void blmx_mma(thread float* c, uint a0, uint a1, uint a2, uint a3,
 }
 static inline uint4 blmx_ld16(device const uchar* p) { return *(device const uint4*)p; }
 static inline uint2 blmx_ld8(device const uchar* p) { return *(device const uint2*)p; }
+// The loads before the entry's wait (prelude/cuda.h): plain loads here.
+static inline uint4 blmx_ld16_early(device const uchar* p) { return blmx_ld16(p); }
+static inline uint2 blmx_ld8_early(device const uchar* p) { return blmx_ld8(p); }
 // The asynchronous copies of the weight ring (prelude/cuda.h), as plain copies: the fiber
 // runtime runs each thread to its next barrier, so a copy is complete when it returns.
 static inline void blm_cp16(threadgroup void* dst, device const void* src) { *(threadgroup uint4*)dst = *(device const uint4*)src; }

@@ -62,10 +62,16 @@ func (d *Device) LaunchesClusters() bool {
 
 // LaunchesOverlapped reports whether lithos's kernels are launched with programmatic dependent
 // launch (Kernels.Overlap): compute 9.0 or newer (griddepcontrol, prelude GRID_WAIT), a driver
-// with cuLaunchKernelEx, and LITHOS_CUDA_OVERLAP not 0 (A/B runs; docs/performance.md §3.3k).
+// of CUDA 12.3 or newer (OverlapDriverVersion) with cuLaunchKernelEx, and LITHOS_CUDA_OVERLAP
+// not 0 (A/B runs; docs/performance.md §3.3k).
 func (d *Device) LaunchesOverlapped() bool {
-	return d.Info.Major >= 9 && drv.cuLaunchKernelEx.addr != 0 && overlapOn()
+	return d.Info.Major >= 9 && d.Info.DriverVersion >= OverlapDriverVersion && drv.cuLaunchKernelEx.addr != 0 && overlapOn()
 }
+
+// OverlapDriverVersion is the oldest driver (cuDriverGetVersion) whose stream capture records
+// programmatic dependent launches as graph edges (CUDA 12.3 added the edge data); older
+// drivers run the kernels without overlap.
+const OverlapDriverVersion = 12030
 
 // overlapOn: LITHOS_CUDA_OVERLAP=0 turns programmatic dependent launch off.
 func overlapOn() bool { return os.Getenv("LITHOS_CUDA_OVERLAP") != "0" }

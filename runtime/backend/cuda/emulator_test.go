@@ -277,7 +277,6 @@ func (e *cpuEmulator) call(name string, a []uintptr) uintptr {
 				cluster = attr.val[0]
 			case attr.id == attrProgrammatic && !overlap && attr.val[0] == 1:
 				overlap = true
-				e.overlapped++
 			default:
 				return errInvalidValue
 			}
@@ -285,6 +284,9 @@ func (e *cpuEmulator) call(name string, a []uintptr) uintptr {
 		k := e.kernels[ki]
 		if int(cfg.blockX) != k.Threads || cfg.blockY != 1 || cfg.blockZ != 1 || int(cfg.shared) != k.Shared {
 			return errInvalidValue
+		}
+		if overlap {
+			e.overlapped++
 		}
 		op := emuOp{kind: 0, kernel: ki, grid: [3]uint32{cfg.gridX, cfg.gridY, cfg.gridZ}, threads: cfg.blockX, cluster: cluster}
 		for i := 0; i < 2+len(k.Buffers); i++ {

@@ -25,7 +25,8 @@ type Kernels struct {
 	// may start, and the MMA-layout kernels load their first weights, while the one before it
 	// finishes; every kernel of lithos/kernels waits for its predecessor in its entry (prelude
 	// GRID_WAIT). LoadKernels sets it where Device.LaunchesOverlapped.
-	Overlap bool
+	Overlap    bool
+	overlapped int // launches made with the attribute (tests)
 }
 
 type kfn struct {
@@ -160,8 +161,18 @@ func (ks *Kernels) launch(s *Stream, name string, grid, cluster [3]uint32, ctl, 
 			return fmt.Errorf("cuda: launch %s: grid %v is not whole clusters of %v", name, grid, cluster)
 		}
 	}
-	// Overlapped only after a kernel: a copy or fill before it is waited for in full.
-	return e.f.launch(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), cl, e.k.Shared, ks.Overlap && s.follows, args)
+	// Overlapped only after a lithos kernel (which waits in its entry): a copy, fill or other
+	// kernel before it is waited for in full.
+	overlap := ks.Overlap && s.follows
+	if err := e.f.launch(s, Dim3{grid[0], grid[1], grid[2]}, D1(e.k.Threads), cl, e.k.Shared, overlap, args); err != nil {
+		s.follows = false
+		return err
+	}
+	s.follows = true
+	if overlap {
+		ks.overlapped++
+	}
+	return nil
 }
 
 // Unload unloads the module.

@@ -119,7 +119,11 @@ func (m *Module) Unload() error {
 // 64-bit integer), int64, uint32, int32, float32, float64, or []byte (a struct passed by
 // value: its bytes, at most 8-byte aligned). The driver copies the values at the call (and
 // at capture), so args may change afterwards. Errors name the kernel.
+//
+// A kernel launched here (not one of lithos/kernels, which Kernels.Launch launches) does not
+// wait in its entry, so the lithos kernel after it is not overlapped with it (Stream.follows).
 func (f *Function) Launch(s *Stream, grid, block Dim3, shared int, args ...any) error {
+	s.follows = false
 	return f.launch(s, grid, block, Dim3{}, shared, false, args)
 }
 
@@ -133,6 +137,7 @@ func (f *Function) LaunchCluster(s *Stream, grid, block, cluster Dim3, shared in
 	if cluster.X == 0 || cluster.Y == 0 || cluster.Z == 0 || grid.X%cluster.X != 0 || grid.Y%cluster.Y != 0 || grid.Z%cluster.Z != 0 {
 		return fmt.Errorf("cuda: launch %s: grid %v is not whole clusters of %v", f.Name, grid, cluster)
 	}
+	s.follows = false
 	return f.launch(s, grid, block, cluster, shared, false, args)
 }
 
@@ -285,9 +290,6 @@ func (f *Function) launch(s *Stream, grid, block, cluster Dim3, shared int, over
 	}
 	runtime.KeepAlive(ptrs)
 	runtime.KeepAlive(vals)
-	if err == nil {
-		s.follows = true
-	}
 	if err != nil {
 		if cluster != (Dim3{}) {
 			return fmt.Errorf("cuda: launch %s (grid %v, block %v, clusters %v, %d B shared): %w", f.Name, grid, block, cluster, shared, err)

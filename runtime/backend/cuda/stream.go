@@ -41,9 +41,9 @@ type Stream struct {
 	d    *Device
 	h    uintptr // CUstream
 	done uintptr // CUevent recorded by Wait (timing disabled)
-	// follows: the last work queued on the stream (or captured from it) is a kernel launch, so
-	// the next lithos kernel may overlap it (Kernels.Overlap); copies, fills, events, graph
-	// launches and the start and end of a capture clear it.
+	// follows: the last work queued on the stream (or captured from it) is a lithos kernel
+	// (Kernels.Launch), so the next one may overlap it (Kernels.Overlap); copies, fills, events,
+	// other kernels (Function.Launch), graph launches and the start and end of a capture clear it.
 	follows bool
 }
 
