@@ -193,16 +193,28 @@ func TestFiberGatherGatesL2(t *testing.T) {
 		closeTo(t, "g", bytesF32(res[gg]), wg, 2e-6, 1e-7)
 	})
 	t.Run("l2norm", func(t *testing.T) {
+		// Groups 0 and 1 scaled by post, group 2 by 1 (the GDN queries, then the keys), and
+		// every group scaled (PostGroups = Groups).
 		const rows, groups, d = 2, 3, 128
 		x := randVec(r, rows*groups*d, 2)
-		want := append([]float32(nil), x...)
 		post := float32(1 / math.Sqrt(d))
-		model.L2Normalize(want, d, 1e-6, post)
-		p := L2NormParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Groups: groups, D: d, Ld: groups * d, Eps: 1e-6, Post: post}
-		var j job
-		xb := j.f32(x)
-		j.launch(t, "lithos_l2norm", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), xb)
-		closeTo(t, "l2norm", bytesF32(j.mustRun(t)[xb]), want, 2e-6, 1e-9)
+		for _, pg := range []uint32{2, groups} {
+			want := append([]float32(nil), x...)
+			for row := 0; row < rows; row++ {
+				for g := 0; g < groups; g++ {
+					s := float32(1)
+					if uint32(g) < pg {
+						s = post
+					}
+					model.L2Normalize(want[(row*groups+g)*d:(row*groups+g+1)*d], d, 1e-6, s)
+				}
+			}
+			p := L2NormParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Groups: groups, D: d, Ld: groups * d, Eps: 1e-6, Post: post, PostGroups: pg}
+			var j job
+			xb := j.f32(x)
+			j.launch(t, "lithos_l2norm", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), xb)
+			closeTo(t, fmt.Sprintf("l2norm, PostGroups %d", pg), bytesF32(j.mustRun(t)[xb]), want, 2e-6, 1e-9)
+		}
 	})
 }
 

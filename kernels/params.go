@@ -451,15 +451,18 @@ type GDNGatesParams struct {
 // Grid is one threadgroup per row.
 func (p GDNGatesParams) Grid() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 
-// L2NormParams: each group of D values at x[r·Ld + g·D …] becomes (x/√(Σx² + Eps))·Post, in
-// place (runtime/model.L2Normalize). Kernel lithos_l2norm, buffer x.
+// L2NormParams: each group of D values at x[r·Ld + g·D …] becomes (x/√(Σx² + Eps))·Post for
+// g < PostGroups, (x/√(Σx² + Eps))·1 for the others, in place (runtime/model.L2Normalize; the
+// GDN layers normalize their queries with Post = 1/√d_k and the keys that follow them with 1 in
+// one launch). Kernel lithos_l2norm, buffer x.
 type L2NormParams struct {
-	DoneWord  uint32
-	Rows      uint32
-	RowsWord  uint32
-	Groups, D uint32
-	Ld        uint32
-	Eps, Post float32
+	DoneWord   uint32
+	Rows       uint32
+	RowsWord   uint32
+	Groups, D  uint32
+	Ld         uint32
+	Eps, Post  float32
+	PostGroups uint32
 }
 
 // Grid is one threadgroup per (group, row).

@@ -505,14 +505,21 @@ func (p GDNGatesParams) Validate() error {
 	return c.err()
 }
 
-// Validate checks the record against the rules of lithos_l2norm: Rows, Groups, D ≥ 1; x
-// within 32-bit offsets and its rows apart (in place: Ld ≥ Groups·D).
+// Validate checks the record against the rules of lithos_l2norm: Rows, Groups, D ≥ 1;
+// PostGroups ≤ Groups, and not 0 with a Post other than 1; x within 32-bit offsets and its rows
+// apart (in place: Ld ≥ Groups·D).
 func (p L2NormParams) Validate() error {
 	c := vcheck{rec: "L2NormParams"}
 	c.done(p.DoneWord)
 	c.positive("Rows", p.Rows)
 	c.positive("Groups", p.Groups)
 	c.positive("D", p.D)
+	if p.PostGroups > p.Groups {
+		c.failf("PostGroups", "is %d, more than Groups = %d", p.PostGroups, p.Groups)
+	}
+	if p.PostGroups == 0 && p.Post != 1 {
+		c.failf("PostGroups", "is 0 with Post = %g: no group would be scaled by it", p.Post)
+	}
 	w := uint64(p.Groups) * uint64(p.D)
 	c.span("Ld", uint64(p.Rows), uint64(p.Ld), w, "(Rows−1)·Ld + Groups·D")
 	c.apart("Ld", p.Rows, uint64(p.Ld), w, "Groups·D")

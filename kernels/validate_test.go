@@ -85,7 +85,7 @@ func backendRecords(t *testing.T, n int) []validator {
 		RMSNormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: 1, N: s27H, LdX: s27H, LdZ: s27H, LdY: s27H, Eps: 1e-6},
 		mm(formats.FP8, int(nz), s27H, EpiStore), mm(formats.FP8, 2*s27VH, s27H, EpiStore), mm(formats.FP8, s27H, int(vd), EpiAdd),
 		ConvParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Channels: cd, KernelSize: s27Conv, SlotWord: sw.WStep, WriteOut: 1, LdX: nz, LdY: cd},
-		L2NormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: s27KH, D: s27KD, Ld: cd, Eps: 1e-6, Post: 1},
+		L2NormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: 2 * s27KH, D: s27KD, Ld: cd, Eps: 1e-6, Post: 1, PostGroups: s27KH},
 		GDNGatesParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Heads: s27VH, LdA: 2 * s27VH, LdB: 2 * s27VH, LdOut: s27VH},
 		GDNParams{DoneWord: done, Rows: N, RowsWord: rowsWord, KHeads: s27KH, VHeads: s27VH, KDim: s27KD, VDim: s27VD, SlotWord: sw.WStep,
 			WriteOut: 1, LdQK: cd, LdV: cd, LdGate: s27VH, LdOut: vd},
@@ -302,6 +302,8 @@ func TestValidateRules(t *testing.T) {
 		{"l2 ok", l2, ""},
 		{"l2 d 0", mut(l2, func(p *L2NormParams) { p.D = 0 }), "L2NormParams.D: is 0"},
 		{"l2 rows overlap", mut(l2, func(p *L2NormParams) { p.Ld = 100 }), "L2NormParams.Ld: is 100 < Groups·D = 120"},
+		{"l2 post groups", mut(l2, func(p *L2NormParams) { p.PostGroups = 4 }), "L2NormParams.PostGroups: is 4, more than Groups = 3"},
+		{"l2 post unused", mut(l2, func(p *L2NormParams) { p.Post = 0.5 }), "L2NormParams.PostGroups: is 0 with Post = 0.5"},
 
 		{"step ok", sw, ""},
 		{"step done word", mut(sw, func(p *StepParams) { p.DoneWord = p.WDone }), "StepParams.DoneWord: is"},

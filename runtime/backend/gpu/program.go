@@ -465,11 +465,10 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 				Slot: 0, SlotWord: w.Step, SlotXor: 0, WriteOut: 1, LdX: uint32(nz), LdY: uint32(cd)}
 			e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
 			e.what("layer %d (%v) q/k L2 norm", li, l.kind)
-			for i, post := range []float32{float32(1 / math.Sqrt(float64(c.KDim))), 1} {
-				l2 := kernels.L2NormParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Groups: uint32(c.KHeads), D: uint32(c.KDim),
-					Ld: uint32(cd), Eps: model.L2Eps, Post: post}
-				e.b.add("lithos_l2norm", l2, l2.Grid(), f32at(conv, i*kd))
-			}
+			// The queries (scaled by 1/√d_k) and the keys after them in one launch.
+			l2 := kernels.L2NormParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Groups: uint32(2 * c.KHeads), D: uint32(c.KDim),
+				Ld: uint32(cd), Eps: model.L2Eps, Post: float32(1 / math.Sqrt(float64(c.KDim))), PostGroups: uint32(c.KHeads)}
+			e.b.add("lithos_l2norm", l2, l2.Grid(), conv.Ptr)
 			e.what("layer %d (%v) gates", li, l.kind)
 			gg := kernels.GDNGatesParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Heads: uint32(c.VHeads),
 				LdA: uint32(2 * c.VHeads), LdB: uint32(2 * c.VHeads), LdOut: uint32(c.VHeads)}
