@@ -19,13 +19,16 @@
 //   - modules (module.go, nvrtc.go): CUDA C++ source compiled by NVRTC for the device's
 //     architecture (--gpu-architecture=sm_XX from its compute capability) into a CUBIN, cached
 //     on disk under os.UserCacheDir()/lithos/cuda by the SHA-256 of source, options, NVRTC
-//     version and architecture; kernels launched with cuLaunchKernel.
+//     version and architecture; kernels launched with cuLaunchKernel, or cuLaunchKernelEx with launch attributes (clusters,
+//     programmatic dependent launch).
 //   - device checks (bandwidth.go, upload.go): the streaming read bandwidth of the device, and
 //     the upload of a bundle's weights file staged through pinned memory (Fit refuses what does
 //     not fit the free memory before any allocation).
 //   - the kernels (kernelset.go): lithos/kernels' generated CUDA source (one template per op,
 //     shared with Metal) compiled and loaded once; Launch applies its calling convention (step
-//     state words, parameter record, buffers).
+//     state words, parameter record, buffers) and, on sm_90, programmatic dependent launch: a
+//     kernel that follows a kernel on its stream may start while that one finishes, and waits
+//     for it in its entry (Kernels.Overlap; docs/performance.md §3.3k).
 //   - the runtime (runtime.go, backend.go): Runtime is the gpu.Device of
 //     lithos/runtime/backend/gpu over an open GPU and its kernels — queues are streams, a
 //     recording is a stream capture into a CUDA graph, Buffer and HostBuffer are gpu's — and
