@@ -154,11 +154,8 @@ func (ks *Kernels) launch(s *Stream, name string, grid, cluster [3]uint32, ctl, 
 	var cl Dim3
 	if cluster != ([3]uint32{}) {
 		cl = Dim3{cluster[0], cluster[1], cluster[2]}
-		if drv.cuLaunchKernelEx.addr == 0 {
-			return fmt.Errorf("cuda: launch %s with clusters %v: the driver has no cuLaunchKernelEx (CUDA 12 or newer)", name, cluster)
-		}
-		if grid[0]%cluster[0] != 0 || grid[1]%cluster[1] != 0 || grid[2]%cluster[2] != 0 {
-			return fmt.Errorf("cuda: launch %s: grid %v is not whole clusters of %v", name, grid, cluster)
+		if err := clusterCheck(name, Dim3{grid[0], grid[1], grid[2]}, cl); err != nil {
+			return err
 		}
 	}
 	// Overlapped only after a lithos kernel (which waits in its entry): a copy, fill or other

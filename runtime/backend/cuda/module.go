@@ -131,14 +131,23 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, shared int, args ...any) 
 // dimension a multiple of cluster's), through cuLaunchKernelEx. Errors: a driver without
 // cuLaunchKernelEx, the driver's refusal (a cluster too large for the kernel's resources).
 func (f *Function) LaunchCluster(s *Stream, grid, block, cluster Dim3, shared int, args ...any) error {
-	if drv.cuLaunchKernelEx.addr == 0 {
-		return fmt.Errorf("cuda: launch %s with clusters %v: the driver has no cuLaunchKernelEx (CUDA 12 or newer)", f.Name, cluster)
-	}
-	if cluster.X == 0 || cluster.Y == 0 || cluster.Z == 0 || grid.X%cluster.X != 0 || grid.Y%cluster.Y != 0 || grid.Z%cluster.Z != 0 {
-		return fmt.Errorf("cuda: launch %s: grid %v is not whole clusters of %v", f.Name, grid, cluster)
+	if err := clusterCheck(f.Name, grid, cluster); err != nil {
+		return err
 	}
 	s.follows = false
 	return f.launch(s, grid, block, cluster, shared, false, args)
+}
+
+// clusterCheck refuses a cluster launch of kernel name that the driver cannot make (no
+// cuLaunchKernelEx) or whose grid is not whole clusters.
+func clusterCheck(name string, grid, cluster Dim3) error {
+	if drv.cuLaunchKernelEx.addr == 0 {
+		return fmt.Errorf("cuda: launch %s with clusters %v: the driver has no cuLaunchKernelEx (CUDA 12 or newer)", name, cluster)
+	}
+	if cluster.X == 0 || cluster.Y == 0 || cluster.Z == 0 || grid.X%cluster.X != 0 || grid.Y%cluster.Y != 0 || grid.Z%cluster.Z != 0 {
+		return fmt.Errorf("cuda: launch %s: grid %v is not whole clusters of %v", name, grid, cluster)
+	}
+	return nil
 }
 
 // launchConfig is cuda.h's CUlaunchConfig (64-bit layout: 56 bytes) and launchAttr its
