@@ -174,6 +174,15 @@ extern "C" __global__ void t_ring(unsigned long long* ring, unsigned int* state,
 }
 `
 
+// gpuOnly skips a test that compiles a module of its own (the test and device-check kernels,
+// NVRTC's errors) on the driver's emulator, which runs only lithos/kernels' module.
+func gpuOnly(t *testing.T) {
+	t.Helper()
+	if emulatorEnabled() {
+		t.Skip("needs the GPU: the emulator runs only lithos/kernels' module, not this test's own kernels")
+	}
+}
+
 func loadTestModule(t *testing.T, d *Device) *Module {
 	t.Helper()
 	t.Setenv("LITHOS_CUDA_CACHE", t.TempDir())
@@ -196,6 +205,7 @@ func kernel(t *testing.T, m *Module, name string) *Function {
 
 func TestLaunch(t *testing.T) {
 	d := testDevice(t)
+	gpuOnly(t)
 	m := loadTestModule(t, d)
 	s, err := d.NewStream()
 	if err != nil {
@@ -273,6 +283,7 @@ func TestLaunch(t *testing.T) {
 // TestCompileCache: the second compilation of the same source is read from the disk cache.
 func TestCompileCache(t *testing.T) {
 	d := testDevice(t)
+	gpuOnly(t)
 	dir := t.TempDir()
 	t.Setenv("LITHOS_CUDA_CACHE", dir)
 	src := argsSource + "\n// cache test " + time.Now().String() + "\n"
@@ -312,6 +323,7 @@ func TestCompileCache(t *testing.T) {
 
 func TestCompileError(t *testing.T) {
 	d := testDevice(t)
+	gpuOnly(t)
 	t.Setenv("LITHOS_CUDA_CACHE", t.TempDir())
 	_, err := Compile("lithos_bad.cu", "extern \"C\" __global__ void k(int* p) { p[0] = undefined_name; }\n", d.Info.Arch())
 	var ne *NVRTCError
@@ -324,6 +336,7 @@ func TestCompileError(t *testing.T) {
 // memory, captured once and replayed five times, leave the same trace as fifteen launches.
 func TestGraphReplay(t *testing.T) {
 	d := testDevice(t)
+	gpuOnly(t)
 	m := loadTestModule(t, d)
 	step := kernel(t, m, "t_step")
 	s, err := d.NewStream()
@@ -393,6 +406,7 @@ func TestGraphReplay(t *testing.T) {
 // reads them after the stream's wait, with sequence numbers that wrap the ring.
 func TestMappedRing(t *testing.T) {
 	d := testDevice(t)
+	gpuOnly(t)
 	m := loadTestModule(t, d)
 	ring, err := d.HostAlloc(8*8, true, false)
 	if err != nil {
@@ -447,6 +461,7 @@ func TestTimeoutIsDeviceBusy(t *testing.T) {
 // sees it finish; event timing measures it.
 func TestWaitBounded(t *testing.T) {
 	d := testDevice(t)
+	gpuOnly(t)
 	k, err := d.loadCheck()
 	if err != nil {
 		t.Fatal(err)
@@ -505,6 +520,7 @@ func TestWaitBounded(t *testing.T) {
 // unrolled stride, and the sum matches the host's; the copy check passes.
 func TestReadCheck(t *testing.T) {
 	d := testDevice(t)
+	gpuOnly(t)
 	bw, err := d.ReadBandwidth(64<<20+48, 3)
 	if err != nil {
 		t.Fatal(err)
