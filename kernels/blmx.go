@@ -440,20 +440,7 @@ func (p BLMXParams) Validate() error {
 		c.failf("Slots", "with PartChunks %d gives %d bytes of threadgroup memory, more than BLMXShared = %d", p.PartChunks, sm, BLMXShared)
 	}
 	c.total("PartChunks", uint64(sh.blocksPerCl)*uint64(p.PartChunks)*(BLMXThreads/32), "the items of a cluster·16")
-	out := uint64(p.N)
-	switch p.Epilogue {
-	case EpiStore, EpiAdd:
-	case EpiSwiGLU:
-		if p.N%16 != 0 {
-			c.failf("N", "is %d with the SwiGLU epilogue: want whole blocks of 8 gate + 8 up rows (a multiple of 16)", p.N)
-		}
-		out /= 2
-	default:
-		c.failf("Epilogue", "is %d, want EpiStore, EpiAdd or EpiSwiGLU", p.Epilogue)
-	}
-	c.span("LdX", uint64(p.Rows), uint64(p.LdX), uint64(p.K), "(Rows−1)·LdX + K")
-	c.span("LdY", uint64(p.Rows), uint64(p.LdY), out, "(Rows−1)·LdY + outputs")
-	c.apart("LdY", p.Rows, uint64(p.LdY), out, "the outputs per row")
+	c.matrixIO(p.N, p.K, p.Rows, p.LdX, p.LdY, p.Epilogue)
 	if p.Cl <= BLMMaxClusters {
 		c.grid(p.Grid(), [3]string{"Groups", "Rows", ""})
 	}

@@ -249,20 +249,28 @@ func blmEpilogues(t *testing.T, exe string, r *rand.Rand, c blmCase, variant, ro
 	t.Run("swiglu", func(t *testing.T) {
 		half := n / 2
 		p, _ := NewBLMParams(c.g, rows, EpiSwiGLU)
-		got := runBLM(t, exe, kern, p, c, x, rows, half, nil)
-		for tt := range rows {
-			for o := range half {
-				b, i := o/8, o%8
-				g64, u64 := float64(full[tt*n+16*b+i]), float64(full[tt*n+16*b+8+i])
-				silu := g64 / (1 + math.Exp(-g64))
-				want := silu * u64
-				lim := 1.1*math.Abs(u64)*bound[tt*n+16*b+i] + math.Abs(silu)*bound[tt*n+16*b+8+i] + 1e-6*math.Abs(want) + 1e-30
-				if d := math.Abs(float64(got[tt*half+o]) - want); math.IsNaN(float64(got[tt*half+o])) || d > lim {
-					t.Fatalf("swiglu[%d, %d] = %g, want %g (|Δ| %.3g > %.3g)", tt, o, got[tt*half+o], want, d, lim)
-				}
+		checkSwiGLU(t, runBLM(t, exe, kern, p, c, x, rows, half, nil), full, bound, rows, n)
+	})
+}
+
+// checkSwiGLU checks got [rows, n/2], a SwiGLU epilogue's outputs, against full [rows, n], the
+// same product's store outputs (blocks of 8 gate rows then 8 up rows), with bound the store's
+// error bounds propagated through silu(gate)·up.
+func checkSwiGLU(t *testing.T, got, full []float32, bound []float64, rows, n int) {
+	t.Helper()
+	half := n / 2
+	for tt := range rows {
+		for o := range half {
+			b, i := o/8, o%8
+			g64, u64 := float64(full[tt*n+16*b+i]), float64(full[tt*n+16*b+8+i])
+			silu := g64 / (1 + math.Exp(-g64))
+			want := silu * u64
+			lim := 1.1*math.Abs(u64)*bound[tt*n+16*b+i] + math.Abs(silu)*bound[tt*n+16*b+8+i] + 1e-6*math.Abs(want) + 1e-30
+			if d := math.Abs(float64(got[tt*half+o]) - want); math.IsNaN(float64(got[tt*half+o])) || d > lim {
+				t.Fatalf("swiglu[%d, %d] = %g, want %g (|Δ| %.3g > %.3g)", tt, o, got[tt*half+o], want, d, lim)
 			}
 		}
-	})
+	}
 }
 
 // TestFiberBLMLayoutGuard: a kernel given a record whose layout it cannot read — the

@@ -200,19 +200,7 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if !ps.TrySplit(cl, 1) {
 				t.Fatalf("no split with clusters of %d", cl)
 			}
-			gs := blmxRun(t, ps, c, x, rows, half, nil)
-			for tt := range rows {
-				for o := range half {
-					b, i := o/8, o%8
-					g64, u64 := float64(full[tt*n+16*b+i]), float64(full[tt*n+16*b+8+i])
-					silu := g64 / (1 + math.Exp(-g64))
-					want := silu * u64
-					lim := 1.1*math.Abs(u64)*bound[tt*n+16*b+i] + math.Abs(silu)*bound[tt*n+16*b+8+i] + 1e-6*math.Abs(want) + 1e-30
-					if d := math.Abs(float64(gs[tt*half+o]) - want); math.IsNaN(float64(gs[tt*half+o])) || d > lim {
-						t.Fatalf("swiglu[%d, %d] = %g, want %g (|Δ| %.3g > %.3g)", tt, o, gs[tt*half+o], want, d, lim)
-					}
-				}
-			}
+			checkSwiGLU(t, blmxRun(t, ps, c, x, rows, half, nil), full, bound, rows, n)
 		})
 	}
 }

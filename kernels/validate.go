@@ -125,6 +125,27 @@ func (c *vcheck) word(field string, w uint32) {
 	}
 }
 
+// matrixIO checks the epilogue and the activation and output strides of a matrix product of N
+// rows × K columns over rows tokens (BLMParams, BLMXParams): EpiStore, EpiAdd or EpiSwiGLU (N a
+// multiple of 16: whole blocks of 8 gate + 8 up rows, N/2 outputs), x and y within their
+// 32-bit spans and y's rows apart.
+func (c *vcheck) matrixIO(n, k, rows, ldx, ldy, epilogue uint32) {
+	out := uint64(n)
+	switch epilogue {
+	case EpiStore, EpiAdd:
+	case EpiSwiGLU:
+		if n%16 != 0 {
+			c.failf("N", "is %d with the SwiGLU epilogue: want whole blocks of 8 gate + 8 up rows (a multiple of 16)", n)
+		}
+		out /= 2
+	default:
+		c.failf("Epilogue", "is %d, want EpiStore, EpiAdd or EpiSwiGLU", epilogue)
+	}
+	c.span("LdX", uint64(rows), uint64(ldx), uint64(k), "(Rows−1)·LdX + K")
+	c.span("LdY", uint64(rows), uint64(ldy), out, "(Rows−1)·LdY + outputs")
+	c.apart("LdY", rows, uint64(ldy), out, "the outputs per row")
+}
+
 // span: the largest element index of a [rows, ld] buffer whose rows hold width values,
 // (rows − 1)·ld + width − 1, fits the kernel's u32 index arithmetic.
 func (c *vcheck) span(field string, rows, ld, width uint64, rule string) {
@@ -277,26 +298,13 @@ func (p BLMParams) Validate() error {
 		c.failf("Blocks", "is %d, want ⌈N/16⌉ = %d", p.Blocks, want)
 	}
 	c.total("Blocks", 16*uint64(p.Blocks)*uint64(p.Lanes)*16*uint64(p.UnitWords), "the matrix bytes 16·Blocks·Lanes·16·UnitWords")
-	out := uint64(p.N)
-	switch p.Epilogue {
-	case EpiStore, EpiAdd:
-	case EpiSwiGLU:
-		if p.N%16 != 0 {
-			c.failf("N", "is %d with the SwiGLU epilogue: want whole blocks of 8 gate + 8 up rows (a multiple of 16)", p.N)
-		}
-		out /= 2
-	default:
-		c.failf("Epilogue", "is %d, want EpiStore, EpiAdd or EpiSwiGLU", p.Epilogue)
-	}
 	if g := uint32(BLMThreads / 32); p.Parts == 0 || p.Parts&(p.Parts-1) != 0 || p.Parts > g {
 		c.failf("Parts", "is %d, want a power of two ≤ %d (BLMThreads/32 simdgroups split K)", p.Parts, g)
 	}
 	if p.WarpBlocks < 1 || p.WarpBlocks > BLMMaxWarpBlocks {
 		c.failf("WarpBlocks", "is %d, want 1 to %d (BLMMaxWarpBlocks)", p.WarpBlocks, BLMMaxWarpBlocks)
 	}
-	c.span("LdX", uint64(p.Rows), uint64(p.LdX), uint64(p.K), "(Rows−1)·LdX + K")
-	c.span("LdY", uint64(p.Rows), uint64(p.LdY), out, "(Rows−1)·LdY + outputs")
-	c.apart("LdY", p.Rows, uint64(p.LdY), out, "the outputs per row")
+	c.matrixIO(p.N, p.K, p.Rows, p.LdX, p.LdY, p.Epilogue)
 	if p.Clusters > BLMMaxClusters {
 		c.failf("Clusters", "is %d, want 0 to %d (BLMMaxClusters: threadgroups per cluster splitting K; 0 is 1)", p.Clusters, BLMMaxClusters)
 	}

@@ -254,27 +254,23 @@ __attribute__((noinline)) static void resume(unsigned i) {
     rt.cur = -1;
 }
 
-__attribute__((noinline)) void barrier(const char* file, int line) {
-    if (rt.cur < 0) fail("threadgroup_barrier outside a kernel");
+// wait_at parks the running thread at a barrier of kind state (kBarrier, kCluster) reached at
+// file:line; what names the barrier in the error outside a kernel.
+__attribute__((noinline)) void wait_at(State state, const char* what, const char* file, int line) {
+    if (rt.cur < 0) fail(what);
     Fiber& f = rt.fibers[rt.cur];
-    f.state = kBarrier;
+    f.state = state;
     f.file = file;
     f.line = line;
     record_path(f);
     block();
 }
 
+__attribute__((noinline)) void barrier(const char* file, int line) { wait_at(kBarrier, "threadgroup_barrier outside a kernel", file, line); }
+
 // cluster_barrier waits for every thread of the cluster (the CUDA prelude's blm_cluster_sync:
 // barrier.cluster arrive + wait, threadgroup memory ordered across the cluster).
-__attribute__((noinline)) void cluster_barrier(const char* file, int line) {
-    if (rt.cur < 0) fail("cluster barrier outside a kernel");
-    Fiber& f = rt.fibers[rt.cur];
-    f.state = kCluster;
-    f.file = file;
-    f.line = line;
-    record_path(f);
-    block();
-}
+__attribute__((noinline)) void cluster_barrier(const char* file, int line) { wait_at(kCluster, "cluster barrier outside a kernel", file, line); }
 
 // cluster_size is the threadgroups of the running cluster (1 without clusters).
 unsigned cluster_size() { return rt.cluster; }

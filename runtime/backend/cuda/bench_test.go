@@ -104,16 +104,7 @@ type blmChainMatrix struct {
 // a pass cannot read its bytes faster).
 func BenchmarkBLMPass(b *testing.B) {
 	d, ks, floor := benchDevice(b)
-	chk, err := d.loadCheck()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer chk.mod.Unload()
-	s, err := d.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	chk, s := benchStream(b, d)
 	type shape struct {
 		f    formats.Format
 		n, k int64
@@ -149,14 +140,7 @@ func BenchmarkBLMPass(b *testing.B) {
 		b.Fatal(err)
 	}
 	// x as float32 bit patterns of random words may be NaN/huge; make them ±[1, 2) floats.
-	xs := make([]float32, 8*17408)
-	r := rand.New(rand.NewPCG(9, 9))
-	for i := range xs {
-		xs[i] = float32(1+r.Float64()) * float32(1-2*r.IntN(2))
-	}
-	if err := d.Write(x, 0, Float32Bytes(xs)); err != nil {
-		b.Fatal(err)
-	}
+	benchX(b, d, x, 8*17408)
 	for _, ch := range chains {
 		var per int64
 		for _, sh := range ch.shapes {
@@ -391,16 +375,7 @@ func BenchmarkBLMOne(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ks.Unload()
-	chk, err := d.loadCheck()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer chk.mod.Unload()
-	s, err := d.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	chk, s := benchStream(b, d)
 	g, err := blm.NewGeometry(blm.Spec{Format: formats.NVFP4, N: 34816, K: 5120})
 	if err != nil {
 		b.Fatal(err)
@@ -468,9 +443,6 @@ func BenchmarkBLMOne(b *testing.B) {
 	}
 }
 
-// benchDevice is the setup every GPU benchmark shares: the test device, its streaming read
-// bandwidth measured in the same run (4 GiB, median of 10 reads: the floor the benchmarks
-// report against, logged) and the kernel module (unloaded when b ends).
 // benchIO allocates a benchmark's step state (64 zero words), x and y (xFloats and yFloats
 // float32 values, contents undefined), freed when b ends.
 func benchIO(b *testing.B, d *Device, s *Stream, xFloats, yFloats int64) (ctl, x, y *Buffer) {
@@ -571,6 +543,9 @@ func timeReplays(b *testing.B, d *Device, s *Stream, launch func() error) []time
 	return times
 }
 
+// benchDevice is the setup every GPU benchmark shares: the test device, its streaming read
+// bandwidth measured in the same run (4 GiB, median of 10 reads: the floor the benchmarks
+// report against, logged) and the kernel module (unloaded when b ends).
 func benchDevice(b *testing.B) (*Device, *Kernels, Bandwidth) {
 	d := testDevice(b)
 	floor, err := d.ReadBandwidth(4<<30, 10)
@@ -584,4 +559,43 @@ func benchDevice(b *testing.B) (*Device, *Kernels, Bandwidth) {
 	}
 	b.Cleanup(func() { ks.Unload() })
 	return d, ks, floor
+}
+
+// benchStream loads the device-check kernels (the weights' random fill) and creates a stream,
+// both released when b ends.
+func benchStream(b *testing.B, d *Device) (*checkKernels, *Stream) {
+	b.Helper()
+	chk, err := d.loadCheck()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { chk.mod.Unload() })
+	s, err := d.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return chk, s
+}
+
+// benchX writes floats random ±[1, 2) activations (a fixed seed: every matrix benchmark times
+// the same x) to x.
+func benchX(b *testing.B, d *Device, x *Buffer, floats int) {
+	b.Helper()
+	xs := make([]float32, floats)
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := range xs {
+		xs[i] = float32(1+r.Float64()) * float32(1-2*r.IntN(2))
+	}
+	if err := d.Write(x, 0, Float32Bytes(xs)); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchShape is one of the 27B's matrices a benchmark times: [n, k] in format f, with epilogue epi.
+type benchShape struct {
+	name string
+	f    formats.Format
+	n, k int64
+	epi  uint32
 }

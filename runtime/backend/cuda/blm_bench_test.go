@@ -5,7 +5,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -119,23 +118,8 @@ func f32s(v []float64) []float32 {
 // WithClusters gives, timed where the device launches clusters).
 func BenchmarkBLMShapes(b *testing.B) {
 	d, ks, floor := benchDevice(b)
-	chk, err := d.loadCheck()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer chk.mod.Unload()
-	s, err := d.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	type shape struct {
-		name string
-		f    formats.Format
-		n, k int64
-		epi  uint32
-	}
-	shapes := []shape{
+	chk, s := benchStream(b, d)
+	shapes := []benchShape{
 		{"nvfp4-gate_up", formats.NVFP4, 34816, 5120, kernels.EpiSwiGLU},
 		{"nvfp4-down", formats.NVFP4, 5120, 17408, kernels.EpiStore},
 		{"nvfp4-lm_head", formats.NVFP4, 248320, 5120, kernels.EpiStore},
@@ -146,14 +130,7 @@ func BenchmarkBLMShapes(b *testing.B) {
 		{"bf16-out", formats.BF16, 5120, 6144, kernels.EpiStore},
 	}
 	ctl, x, y := benchIO(b, d, s, 16*17408, 16*248320)
-	xs := make([]float32, 16*17408)
-	r := rand.New(rand.NewPCG(9, 9))
-	for i := range xs {
-		xs[i] = float32(1+r.Float64()) * float32(1-2*r.IntN(2))
-	}
-	if err := d.Write(x, 0, Float32Bytes(xs)); err != nil {
-		b.Fatal(err)
-	}
+	benchX(b, d, x, 16*17408)
 	var summary []string
 	for _, sh := range shapes {
 		g, err := blm.NewGeometry(blm.Spec{Format: sh.f, N: sh.n, K: sh.k})

@@ -5,7 +5,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -140,27 +139,12 @@ func BenchmarkBLMXShapes(b *testing.B) {
 	if d.Info.SharedOptin < kernels.BLMXShared+512 {
 		b.Skipf("SKIP: %d bytes of shared memory per block; the MMA-layout kernels need %d", d.Info.SharedOptin, kernels.BLMXShared+512)
 	}
-	chk, err := d.loadCheck()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer chk.mod.Unload()
-	s, err := d.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	chk, s := benchStream(b, d)
 	dev := mmaDevice(d, ks, d.LaunchesClusters())
 	for c := 2; c <= dev.MaxCluster; c *= 2 {
 		b.Logf("clusters of %d: %d at once (0: unknown, -1: none)", c, dev.Active[c])
 	}
-	type shape struct {
-		name string
-		f    formats.Format
-		n, k int64
-		epi  uint32
-	}
-	shapes := []shape{
+	shapes := []benchShape{
 		{"nvfp4-gate_up", formats.NVFP4, 34816, 5120, kernels.EpiSwiGLU},
 		{"nvfp4-down", formats.NVFP4, 5120, 17408, kernels.EpiStore},
 		{"nvfp4-lm_head", formats.NVFP4, 248320, 5120, kernels.EpiStore},
@@ -169,14 +153,7 @@ func BenchmarkBLMXShapes(b *testing.B) {
 		{"fp8-out", formats.FP8, 5120, 6144, kernels.EpiStore},
 	}
 	ctl, x, y := benchIO(b, d, s, 16*17408, 16*248320)
-	xs := make([]float32, 16*17408)
-	r := rand.New(rand.NewPCG(9, 9))
-	for i := range xs {
-		xs[i] = float32(1+r.Float64()) * float32(1-2*r.IntN(2))
-	}
-	if err := d.Write(x, 0, Float32Bytes(xs)); err != nil {
-		b.Fatal(err)
-	}
+	benchX(b, d, x, 16*17408)
 	timeGraph := func(launch func() error) []time.Duration { return timeReplays(b, d, s, launch) }
 	var summary []string
 	report := func(key, line string, total int64, copies int, times []time.Duration) {
