@@ -25,9 +25,14 @@ const BLMXThreads = 512
 
 // BLMXShared is the dynamic threadgroup memory of an MMA-layout launch in bytes (224 KiB: the
 // activations of a K part and the simdgroups' partial-sum slots; the H100/H200 allow 227 KiB
-// per threadgroup, 512 bytes of which the kernel's static token maxima take). With it a
+// per threadgroup, BLMXStatic of which the kernel's static arrays take). With it a
 // multiprocessor holds one threadgroup.
 const BLMXShared = 224 << 10
+
+// BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes: the simdgroups' token
+// maxima and Σx² partials (16·8 words each) and the part's 8 Σx² (Norm). A device needs
+// BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels.
+const BLMXStatic = 2*16*8*4 + 8*4
 
 // blmxChunk returns, for a format with an MMA-layout kernel, the MMA k-steps (16 columns) per
 // chunk (one 16-byte load per lane) and the chunk's bytes (NVFP4: 512 of codes and 64 of
@@ -243,6 +248,12 @@ type BLMXParams struct {
 	Slots      uint32
 	LdX, LdY   uint32
 	Epilogue   uint32
+	// Norm 1 makes the product one of RMSNorm(x) (RMSNormParams' RMSPlain over each row's K
+	// values, weights the launch's nw buffer [K], the checkpoint's 1 + w): y[t, n] =
+	// scales[n]·r_t·Σ_k W[n, k]·(nw[k]·x[t, k]) with r_t = 1/√(Σ_k x[t, k]²/K + Eps), the
+	// threadgroups' Σx² of their K parts added in rank order; 0 (nw unread) the plain product.
+	Norm uint32
+	Eps  float32
 }
 
 // Grid is Groups·Cl threadgroups along x (cluster g is threadgroups g·Cl … g·Cl + Cl − 1) and
@@ -398,7 +409,8 @@ func (p *BLMXParams) TrySplit(c, groups int) bool {
 // multiple of BLMXGroup, PartChunks a multiple of it; Cl 1–8 with
 // every rank's part non-empty (PartChunks·Cl ≥ Chunks > PartChunks·(Cl − 1)); Groups 1 …
 // Blocks; Slots at least what the split needs; the threadgroup memory within BLMXShared; the
-// matrix, x and y within 32-bit offsets; the epilogue; the grid within CUDA's limits.
+// matrix, x and y within 32-bit offsets; the epilogue; Norm 0 or 1, Eps in (0, 1) with Norm
+// and 0 without; the grid within CUDA's limits.
 func (p BLMXParams) Validate() error {
 	c := vcheck{rec: "BLMXParams"}
 	c.done(p.DoneWord)
@@ -441,6 +453,14 @@ func (p BLMXParams) Validate() error {
 	}
 	c.total("PartChunks", uint64(sh.blocksPerCl)*uint64(p.PartChunks)*(BLMXThreads/32), "the items of a cluster·16")
 	c.matrixIO(p.N, p.K, p.Rows, p.LdX, p.LdY, p.Epilogue)
+	switch {
+	case p.Norm > 1:
+		c.failf("Norm", "is %d, want 0 (the plain product) or 1 (of RMSNorm(x))", p.Norm)
+	case p.Norm == 1 && !(p.Eps > 0 && p.Eps < 1):
+		c.failf("Eps", "is %g, want 0 < Eps < 1 (the RMSNorm's epsilon)", p.Eps)
+	case p.Norm == 0 && p.Eps != 0:
+		c.failf("Eps", "is %g without Norm, want 0", p.Eps)
+	}
 	if p.Cl <= BLMMaxClusters {
 		c.grid(p.Grid(), [3]string{"Groups", "Rows", ""})
 	}

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -225,6 +226,10 @@ func TestBLMXParamsValidate(t *testing.T) {
 		{"epilogue", mut(func(p *BLMXParams) { p.Epilogue = 3 }), "BLMXParams.Epilogue"},
 		{"ldy", mut(func(p *BLMXParams) { p.LdY = 10 }), "BLMXParams.LdY"},
 		{"done word", mut(func(p *BLMXParams) { p.DoneWord = NoWord - 1 }), "BLMXParams.DoneWord"},
+		{"norm 2", mut(func(p *BLMXParams) { p.Norm, p.Eps = 2, 1e-6 }), "BLMXParams.Norm: is 2"},
+		{"norm without eps", mut(func(p *BLMXParams) { p.Norm = 1 }), "BLMXParams.Eps: is 0"},
+		{"norm eps NaN", mut(func(p *BLMXParams) { p.Norm, p.Eps = 1, float32(math.NaN()) }), "BLMXParams.Eps: is NaN"},
+		{"eps without norm", mut(func(p *BLMXParams) { p.Eps = 1e-6 }), "BLMXParams.Eps: is 1e-06 without Norm"},
 	} {
 		if err := c.p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)

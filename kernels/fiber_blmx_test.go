@@ -10,6 +10,7 @@ import (
 
 	"lithos/formats"
 	"lithos/runtime/backend/cpu"
+	"lithos/runtime/model"
 )
 
 // The MMA-layout kernels (ops/blmx.kern) in the fiber runtime's tensor-core build: their data
@@ -22,6 +23,16 @@ import (
 // poisoned before unless y0 is given).
 func blmxRun(t *testing.T, p BLMXParams, c blmCase, x []float32, rows, outN int, y0 []float32) []float32 {
 	t.Helper()
+	return blmxRunNorm(t, p, c, x, rows, outN, y0, nil)
+}
+
+// blmxRunNorm is blmxRun with the launch's RMSNorm weights nw [K] (nil: c's scales, which a
+// record without Norm does not read).
+func blmxRunNorm(t *testing.T, p BLMXParams, c blmCase, x []float32, rows, outN int, y0, nw []float32) []float32 {
+	t.Helper()
+	if nw == nil {
+		nw = c.scales
+	}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +51,7 @@ func blmxRun(t *testing.T, p BLMXParams, c blmCase, x []float32, rows, outN int,
 	} else {
 		y = j.poison(rows * outN)
 	}
-	j.launchCluster(t, kern, p.Grid(), p.ClusterDims()[0], j.buf(zeroCtl), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x), y)
+	j.launchCluster(t, kern, p.Grid(), p.ClusterDims()[0], j.buf(zeroCtl), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x), y, j.f32(nw))
 	r, err := j.runSchedules(t, mmaFiberExe(t))
 	if err != nil {
 		t.Fatalf("fiber run: %v", err)
@@ -230,7 +241,7 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 		ctl[rowsW] = dyn
 		var j job
 		y := j.buf(canary(4 * 16 * n))
-		j.launchCluster(t, kern, p.Grid(), p.ClusterDims()[0], j.buf(u32Bytes(ctl)), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x), y)
+		j.launchCluster(t, kern, p.Grid(), p.ClusterDims()[0], j.buf(u32Bytes(ctl)), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x), y, j.f32(c.scales))
 		res, err := j.runSchedules(t, mmaFiberExe(t))
 		if err != nil {
 			t.Fatal(err)
@@ -256,7 +267,7 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 	var j job
 	ctlB := j.buf(make([]byte, 256))
 	y := j.buf(canary(4 * 3 * n))
-	j.launch(t, kern, p.Grid(), ctlB, j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x[:3*k]), y)
+	j.launch(t, kern, p.Grid(), ctlB, j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x[:3*k]), y, j.f32(c.scales))
 	res, err := j.runSchedules(t, mmaFiberExe(t))
 	if err != nil {
 		t.Fatal(err)
@@ -337,4 +348,66 @@ func zeroColumn(t *testing.T, c blmCase, col int64) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestFiberBLMXNorm: Norm 1 (the product of RMSNorm(x), the norm folded into the staging and
+// the outputs' factor) against the CPU backend's RMSNorm then product, one and two tiles, with
+// clusters (the ranks' Σx² added through distributed shared memory), K not a multiple of a
+// chunk; each token's outputs bit for bit those of its 1-row launch.
+func TestFiberBLMXNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(47, 48))
+	const eps = 1e-6
+	for _, sh := range []struct {
+		f    formats.Format
+		n, k int64
+	}{{formats.NVFP4, 48, 1792}, {formats.FP8, 33, 1000}} {
+		c := newBLMCase(t, r, sh.f, sh.n, sh.k, 0, false)
+		k, n := int(c.g.K), int(c.g.N)
+		m, _ := c.ref.All()
+		nw := model.OnePlus(randVec(r, k, 0.5))
+		for _, rc := range [][2]int{{1, 1}, {3, 2}, {11, 4}, {16, 2}} {
+			rows, cl := rc[0], rc[1]
+			t.Run(fmt.Sprintf("%s_%dx%d_rows%d_cl%d", sh.f, n, k, rows, cl), func(t *testing.T) {
+				x := randVec(r, rows*k, 3)
+				xn := make([]float32, len(x))
+				model.RMSNorm(xn, x, nw, rows, eps)
+				want := make([]float32, rows*n)
+				if err := m.Mul(want, xn, rows); err != nil {
+					t.Fatal(err)
+				}
+				// blmxBound of the normed rows, plus the fold's roundings: x·nw and r·y
+				// (2⁻²² of Σ|W·xn| between them) and r from a float32 Σx² (γ_K/2 relative).
+				bound := blmxBound(c, xn, rows)
+				h := float64(k + 64)
+				gam := h * 0x1p-24 / (1 - h*0x1p-24)
+				for i := range bound {
+					bound[i] += bound[i] / (2 * gam) * (gam/2 + 0x1p-22)
+				}
+				rec := func(rows int) BLMXParams {
+					p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 2, MaxCluster: 1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !p.TrySplit(cl, 1) {
+						t.Fatalf("no split with clusters of %d", cl)
+					}
+					p.Norm, p.Eps = 1, eps
+					return p
+				}
+				got := blmxRunNorm(t, rec(rows), c, x, rows, n, nil, nw)
+				checkBLMX(t, "norm", got, want, bound)
+				if rows == 1 {
+					return
+				}
+				for tt := range rows {
+					one := blmxRunNorm(t, rec(1), c, x[tt*k:(tt+1)*k], 1, n, nil, nw)
+					for i := range n {
+						if math.Float32bits(one[i]) != math.Float32bits(got[tt*n+i]) {
+							t.Fatalf("token %d: y[%d] = %g in %d rows, %g alone", tt, i, got[tt*n+i], rows, one[i])
+						}
+					}
+				}
+			})
+		}
+	}
 }

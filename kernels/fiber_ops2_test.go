@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +17,72 @@ import (
 
 // The priority-4 ops (GDN, conv, attention, gather, gates, L2 norm, the step control and the
 // DSpark Markov chain) in the fiber runtime against the CPU backend's functions.
+
+// TestFiberGDNGates: Gates 1 (β and g computed in the delta rule's launch from the in_proj_ab
+// rows, a then b, as the 27B lays them out) against the CPU backend — β, g (model.GDNGates,
+// written by each head's first threadgroup), the output and the new state (model.GDNRecurrent
+// with those gates) — and bit for bit a Gates 0 launch fed with the β and g it wrote (the
+// commit replay's path), over 3 and 11 rows (two staging batches) and heads of 64 columns (two
+// threadgroups each).
+func TestFiberGDNGates(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	s := model.GDNShape{KHeads: 2, VHeads: 4, KDim: 16, VDim: 64}
+	for _, rows := range []int{3, 11} {
+		t.Run(fmt.Sprint(rows), func(t *testing.T) {
+			h := s.VHeads
+			q := randVec(r, rows*s.KHeads*s.KDim, 0.3)
+			k := randVec(r, rows*s.KHeads*s.KDim, 0.3)
+			v := randVec(r, rows*s.VHeads*s.VDim, 1)
+			ab := randVec(r, rows*2*h, 6) // [rows, 2·VHeads]: a, then b
+			negA, dt := model.NegExp(randVec(r, h, 1)), randVec(r, h, 1)
+			a, b := make([]float32, rows*h), make([]float32, rows*h)
+			for t := range rows {
+				copy(a[t*h:(t+1)*h], ab[t*2*h:])
+				copy(b[t*h:(t+1)*h], ab[t*2*h+h:])
+			}
+			wb, wg := make([]float32, rows*h), make([]float32, rows*h)
+			model.GDNGates(wb, wg, a, b, negA, dt, rows)
+			st0 := randVec(r, s.StateLen(), 1)
+			want := make([]float32, rows*s.VHeads*s.VDim)
+			wantState := make([]float32, s.StateLen())
+			if err := model.GDNRecurrent(s, want, q, k, v, wb, wg, rows, st0, wantState); err != nil {
+				t.Fatal(err)
+			}
+			state := append(slices.Clone(st0), st0...) // slot 0 read, slot 1 written
+			vd := s.VHeads * s.VDim
+			p := GDNParams{DoneWord: NoWord, Rows: uint32(rows), RowsWord: NoWord, KHeads: uint32(s.KHeads), VHeads: uint32(h), KDim: uint32(s.KDim),
+				VDim: uint32(s.VDim), WriteOut: 1, LdQK: uint32(s.KHeads * s.KDim), LdV: uint32(vd), LdGate: uint32(h), LdOut: uint32(vd),
+				Gates: 1, LdAB: uint32(2 * h)}
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			var j job
+			bb, gb, sb, out := j.poison(rows*h), j.poison(rows*h), j.f32(state), j.poison(len(want))
+			// ga: the rows from their a columns; gb the same rows from their b columns.
+			j.launch(t, "lithos_gdn", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(q), j.f32(k), j.f32(v), bb, gb, sb, out,
+				j.f32(ab), j.f32(ab[h:]), j.f32(negA), j.f32(dt))
+			res := j.mustRun(t)
+			gotB, gotG := bytesF32(res[bb]), bytesF32(res[gb])
+			closeTo(t, "beta", gotB, wb, 1e-6, 1e-30)
+			closeTo(t, "g", gotG, wg, 2e-6, 1e-7) // softplus in float32 against float64 log1p
+			closeTo(t, "gdn out", bytesF32(res[out]), want, 1e-5, 1e-6)
+			closeTo(t, "gdn state", bytesF32(res[sb])[s.StateLen():], wantState, 1e-5, 1e-6)
+			// The same launch reading those gates.
+			p0 := p
+			p0.Gates, p0.LdAB = 0, 0
+			var j0 job
+			sb0, out0 := j0.f32(state), j0.poison(len(want))
+			j0.launch(t, "lithos_gdn", p0.Grid(), j0.buf(zeroCtl), j0.buf(Record(p0)), j0.f32(q), j0.f32(k), j0.f32(v), j0.f32(gotB), j0.f32(gotG), sb0, out0,
+				sb0, sb0, sb0, sb0)
+			res0 := j0.mustRun(t)
+			for i, x := range bytesF32(res0[out0]) {
+				if y := bytesF32(res[out])[i]; math.Float32bits(x) != math.Float32bits(y) {
+					t.Fatalf("out[%d] = %g with Gates 1, %g with its gates read", i, y, x)
+				}
+			}
+		})
+	}
+}
 
 func TestFiberGDNTwoSlots(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
@@ -56,7 +123,7 @@ func TestFiberGDNTwoSlots(t *testing.T) {
 	c := j.buf(u32Bytes(ctl))
 	sb, out := j.f32(state), j.poison(len(want))
 	args := func(rec int) []int {
-		return []int{c, rec, j.f32(q), j.f32(k), j.f32(v), j.f32(beta), j.f32(g), sb, out}
+		return []int{c, rec, j.f32(q), j.f32(k), j.f32(v), j.f32(beta), j.f32(g), sb, out, sb, sb, sb, sb}
 	}
 	j.launch(t, "lithos_gdn", p.Grid(), args(j.buf(Record(p)))...)
 	res := j.mustRun(t)
@@ -73,7 +140,7 @@ func TestFiberGDNTwoSlots(t *testing.T) {
 	var j2 job
 	c = j2.buf(u32Bytes(ctl))
 	sb, out = j2.f32(got), j2.poison(len(want))
-	j2.launch(t, "lithos_gdn", p2.Grid(), c, j2.buf(Record(p2)), j2.f32(q), j2.f32(k), j2.f32(v), j2.f32(beta), j2.f32(g), sb, out)
+	j2.launch(t, "lithos_gdn", p2.Grid(), c, j2.buf(Record(p2)), j2.f32(q), j2.f32(k), j2.f32(v), j2.f32(beta), j2.f32(g), sb, out, sb, sb, sb, sb)
 	res = j2.mustRun(t)
 	closeTo(t, "gdn commit replay of 2 rows", bytesF32(res[sb])[:s.StateLen()], wantState2, 1e-5, 1e-6)
 	for i, x := range bytesF32(res[out]) {
@@ -147,6 +214,61 @@ func TestFiberAttention(t *testing.T) {
 	closeTo(t, "attention", bytesF32(res[out]), want, 1e-5, 2e-6)
 }
 
+// TestFiberAttentionBlock: Block 1 (the drafter's non-causal block): every one of 5 rows attends
+// keys 0 … P, against the CPU reference row by row (model.Attend of one row at position P), and
+// each row bit for bit the causal 1-row launch of the same query at P.
+func TestFiberAttentionBlock(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 30))
+	s := model.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 48}
+	const rows, last, part, capacity = 5, 75, 32, 80
+	kvRow, qRow := s.KVHeads*s.HeadDim, s.Heads*s.HeadDim
+	kc := randVec(r, capacity*kvRow, 1)
+	vc := randVec(r, capacity*kvRow, 1)
+	q := randVec(r, rows*qRow, 1)
+	scale := float32(1 / math.Sqrt(float64(s.HeadDim)))
+	want := make([]float32, rows*qRow)
+	for row := range rows {
+		if err := model.Attend(s, want[row*qRow:(row+1)*qRow], q[row*qRow:(row+1)*qRow], 1, last, kc, vc, scale, model.DefaultKeyPartition); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctl := make([]uint32, 64)
+	ctl[1] = last
+	parts := uint32((capacity + part - 1) / part)
+	run := func(n int, block uint32, qs []float32) []float32 {
+		ap := AttnParams{DoneWord: NoWord, Rows: uint32(n), RowsWord: NoWord, PosWord: 1, Heads: 4, KVHeads: 2, HeadDim: 48,
+			LdQ: uint32(qRow), LdO: uint32(qRow), LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale, Block: block}
+		if err := ap.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		var j job
+		c := j.buf(u32Bytes(ctl))
+		kb, vb := j.f32(kc), j.f32(vc)
+		m := n * s.Heads * int(parts)
+		pm, pl, po, out := j.poison(m), j.poison(m), j.poison(m*s.HeadDim), j.poison(n*qRow)
+		rec := j.buf(Record(ap))
+		j.launch(t, "lithos_attn_partial", ap.GridPartial(), c, rec, j.f32(qs), kb, vb, pm, pl, po)
+		j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out)
+		return bytesF32(j.mustRun(t)[out])
+	}
+	got := run(rows, 1, q)
+	closeTo(t, "block attention", got, want, 1e-5, 2e-6)
+	for row := range rows {
+		one := run(1, 0, q[row*qRow:(row+1)*qRow])
+		for i := range one {
+			if math.Float32bits(one[i]) != math.Float32bits(got[row*qRow+i]) {
+				t.Fatalf("row %d: out[%d] = %g in the block, %g as a 1-row launch", row, i, got[row*qRow+i], one[i])
+			}
+		}
+	}
+	// A block past the partitions is refused: Pos = Parts·Part.
+	bad := AttnParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Pos: parts * part, PosWord: NoWord, Heads: 4, KVHeads: 2, HeadDim: 48,
+		LdQ: uint32(qRow), LdO: uint32(qRow), LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale, Block: 1}
+	if err := bad.Validate(); err == nil {
+		t.Fatal("Validate accepted a block at Pos = Parts·Part")
+	}
+}
+
 func TestFiberGatherGatesL2(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
 	t.Run("gather_bf16", func(t *testing.T) {
@@ -175,22 +297,6 @@ func TestFiberGatherGatesL2(t *testing.T) {
 			}
 		}
 		closeTo(t, "gather", got, want, 0, 0)
-	})
-	t.Run("gdn_gates", func(t *testing.T) {
-		const rows, heads = 3, 48
-		a, b := randVec(r, rows*heads, 25), randVec(r, rows*heads, 6)
-		negA, dt := model.NegExp(randVec(r, heads, 1)), randVec(r, heads, 1)
-		wb, wg := make([]float32, rows*heads), make([]float32, rows*heads)
-		model.GDNGates(wb, wg, a, b, negA, dt, rows)
-		p := GDNGatesParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Heads: heads, LdA: heads, LdB: heads, LdOut: heads}
-		var j job
-		gb, gg := j.poison(rows*heads), j.poison(rows*heads)
-		j.launch(t, "lithos_gdn_gates", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(a), j.f32(b), j.f32(negA), j.f32(dt), gb, gg)
-		res := j.mustRun(t)
-		closeTo(t, "beta", bytesF32(res[gb]), wb, 1e-6, 1e-30)
-		// softplus: log(1 + eˣ) in float32 (CPU log1p in float64) loses relative accuracy for
-		// very negative x, where the value is tiny: an absolute floor.
-		closeTo(t, "g", bytesF32(res[gg]), wg, 2e-6, 1e-7)
 	})
 	t.Run("l2norm", func(t *testing.T) {
 		// Groups 0 and 1 scaled by post, group 2 by 1 (the GDN queries, then the keys), and
@@ -505,7 +611,7 @@ func TestFiberGDNShapes(t *testing.T) {
 			var j job
 			c := j.buf(u32Bytes(ctl))
 			sb, out := j.f32(state), j.poison(len(want))
-			j.launch(t, "lithos_gdn", p.Grid(), c, j.buf(Record(p)), j.f32(q), j.f32(k), j.f32(v), j.f32(beta), j.f32(g), sb, out)
+			j.launch(t, "lithos_gdn", p.Grid(), c, j.buf(Record(p)), j.f32(q), j.f32(k), j.f32(v), j.f32(beta), j.f32(g), sb, out, sb, sb, sb, sb)
 			res := j.mustRun(t)
 			closeTo(t, "out", bytesF32(res[out]), want, 1e-5, 1e-6)
 			closeTo(t, "state", bytesF32(res[sb])[s.StateLen():], wantState, 1e-5, 1e-6)

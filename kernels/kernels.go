@@ -412,14 +412,15 @@ func buildRegistry() []Kernel {
 		ks = append(ks, Kernel{Name: name, Op: "blmx", Threads: BLMXThreads, Params: BLMXParams{}, MMAOnly: true,
 			Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "BLMX_SHARED": fmt.Sprintf("%du", BLMXShared)},
 			Shared:  BLMXShared, CtlRW: true,
-			Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true)}})
+			Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true), f32("nw", false)}}) // nw may be the scales (unread without Norm)
 	}
 	ks = append(ks, Kernel{Name: "lithos_argmax_partial", Op: "argmax_partial", Threads: 256, Params: ArgmaxParams{},
 		Buffers: []Buffer{f32("x", false), f32("part_v", true), buf("part_i", "u32", true)}})
 	ks = append(ks, Kernel{Name: "lithos_argmax_final", Op: "argmax_final", Threads: 32, Params: ArgmaxParams{},
 		Buffers: []Buffer{f32("part_v", false), buf("part_i", "u32", false), buf("out", "i32", true)}})
 	ks = append(ks, Kernel{Name: "lithos_gdn", Op: "gdn", Threads: gdnThreads, Params: GDNParams{},
-		Buffers: []Buffer{f32("q", false), f32("k", false), f32("v", false), f32("beta", false), f32("g", false), f32("state", true), f32("out", true)}})
+		Buffers: []Buffer{f32("q", false), f32("k", false), f32("v", false), f32("beta", true), f32("g", true), f32("state", true), f32("out", true),
+			f32("ga", false), f32("gb", false), f32("neg_a", false), f32("dt_bias", false)}}) // Gates 0: the last four may be any buffers
 	ks = append(ks, Kernel{Name: "lithos_conv", Op: "conv", Threads: convThreads, Params: ConvParams{},
 		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("state", true), f32("y", true)}})
 	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{}, CtlRW: true,
@@ -430,8 +431,6 @@ func buildRegistry() []Kernel {
 		Buffers: []Buffer{f32("k", false), f32("v", false), f32("kc", true), f32("vc", true)}})
 	ks = append(ks, Kernel{Name: "lithos_gather", Op: "gather", Threads: gatherThreads, Params: GatherParams{},
 		Buffers: []Buffer{buf("ids", "i32", false), weight("table", "u8"), f32("y", true)}})
-	ks = append(ks, Kernel{Name: "lithos_gdn_gates", Op: "gdn_gates", Threads: 64, Params: GDNGatesParams{},
-		Buffers: []Buffer{f32("a", false), f32("b", false), weight("neg_a", "f32"), weight("dt_bias", "f32"), f32("beta", true), f32("g", true)}})
 	ks = append(ks, Kernel{Name: "lithos_l2norm", Op: "l2norm", Threads: 128, Params: L2NormParams{},
 		Buffers: []Buffer{f32("x", true)}})
 	ks = append(ks, Kernel{Name: "lithos_step", Op: "step", Threads: 32, Params: StepParams{}, CtlRW: true,

@@ -345,7 +345,11 @@ const GDNMaxKDim = 4 * gdnRowsPerLane
 // [rows, LdQK] with KHeads·KDim values (L2-normalised, q scaled by 1/√d_k); v: [rows, LdV];
 // beta, g: [rows, LdGate] (g = log decay); out: [rows, LdOut]. 0 rows: nothing happens (the CPU
 // function copies the state). KDim ≤ 128: the kernel keeps a column's rows in the registers of
-// four lanes (ops/gdn.kern). Kernel lithos_gdn, buffers q, k, v, beta, g, state, out.
+// four lanes (ops/gdn.kern). Gates 1 computes β and g itself (runtime/model.GDNGates:
+// β = σ(gb), g = neg_a·softplus(ga + dt_bias), ga and gb [rows, LdAB], one value per value
+// head) and writes them to beta and g for the commit replay (which then reads them: Gates 0);
+// with Gates 0 ga, gb, neg_a and dt_bias are not read. Kernel lithos_gdn, buffers q, k, v,
+// beta, g, state, out, ga, gb, neg_a, dt_bias.
 type GDNParams struct {
 	DoneWord                 uint32
 	Rows                     uint32
@@ -355,6 +359,7 @@ type GDNParams struct {
 	Slot, SlotWord, SlotXor  uint32
 	WriteOut                 uint32
 	LdQK, LdV, LdGate, LdOut uint32
+	Gates, LdAB              uint32
 }
 
 // Grid is one threadgroup per (value head, 32 state columns): gdnThreads/4 columns, each over
@@ -384,7 +389,10 @@ func (p ConvParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.Channels, conv
 // scores scaled by Scale. The keys are split in partitions of Part (≤ 128) keys; Parts is the
 // partitions the scratch holds (⌈(the largest Pos + rows)/Part⌉). lithos_attn_partial (buffers
 // q [rows, LdQ], kc, vc, pm, pl [rows·Heads·Parts], po [rows·Heads·Parts·HeadDim]) then
-// lithos_attn_merge (buffers pm, pl, po, out [rows, LdO]), the same record.
+// lithos_attn_merge (buffers pm, pl, po, out [rows, LdO]), the same record. Block 1 makes the
+// rows a non-causal block: every row attends keys 0 … Pos (the DSpark drafter's block, whose
+// rows all see the context and the whole block: runtime/draft); each row's output is then
+// bit for bit a 1-row launch's at the same Pos.
 type AttnParams struct {
 	DoneWord                uint32
 	Rows                    uint32
@@ -394,6 +402,7 @@ type AttnParams struct {
 	LdQ, LdO, LdKV          uint32
 	Part, Parts             uint32
 	Scale                   float32
+	Block                   uint32
 }
 
 // GridPartial is (Heads, rows, Parts); partitions past a row's last key return at once.
@@ -436,20 +445,6 @@ type GatherParams struct {
 
 // Grid is ⌈Width/gatherThreads⌉ × rows (one thread per element).
 func (p GatherParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.Width, gatherThreads), p.Rows, 1} }
-
-// GDNGatesParams: beta = σ(b), g = neg_a·softplus(a + dt_bias) for Heads value heads per row
-// (runtime/model.GDNGates). Kernel lithos_gdn_gates, buffers a [rows, LdA], b [rows, LdB],
-// neg_a, dt_bias [Heads], beta, g [rows, LdOut].
-type GDNGatesParams struct {
-	DoneWord        uint32
-	Rows            uint32
-	RowsWord        uint32
-	Heads           uint32
-	LdA, LdB, LdOut uint32
-}
-
-// Grid is one threadgroup per row.
-func (p GDNGatesParams) Grid() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 
 // L2NormParams: each group of D values at x[r·Ld + g·D …] becomes (x/√(Σx² + Eps))·Post for
 // g < PostGroups, (x/√(Σx² + Eps))·1 for the others, in place (runtime/model.L2Normalize; the

@@ -354,7 +354,8 @@ func (p ArgmaxParams) Validate() error {
 // of KHeads (value head h reads key head h/(VHeads/KHeads)); the
 // two-slot state, 2·VHeads·KDim·VDim values, and q, k ([Rows, LdQK], KHeads·KDim values), v
 // (VHeads·VDim), beta and g (VHeads), out (VHeads·VDim, when WriteOut) within 32-bit offsets;
-// out's rows apart.
+// out's rows apart; Gates 0 or 1, with Gates ga and gb ([Rows, LdAB], VHeads) within 32-bit
+// offsets and beta's and g's rows apart (they are written).
 func (p GDNParams) Validate() error {
 	c := vcheck{rec: "GDNParams"}
 	c.done(p.DoneWord)
@@ -375,6 +376,13 @@ func (p GDNParams) Validate() error {
 	vw := uint64(p.VHeads) * uint64(p.VDim)
 	c.span("LdV", rows, uint64(p.LdV), vw, "(Rows−1)·LdV + VHeads·VDim")
 	c.span("LdGate", rows, uint64(p.LdGate), uint64(p.VHeads), "(Rows−1)·LdGate + VHeads")
+	switch {
+	case p.Gates > 1:
+		c.failf("Gates", "is %d, want 0 (β and g read) or 1 (computed from ga, gb and written)", p.Gates)
+	case p.Gates == 1:
+		c.span("LdAB", rows, uint64(p.LdAB), uint64(p.VHeads), "(Rows−1)·LdAB + VHeads")
+		c.apart("LdGate", p.Rows, uint64(p.LdGate), uint64(p.VHeads), "VHeads")
+	}
 	if p.WriteOut != 0 {
 		c.span("LdOut", rows, uint64(p.LdOut), vw, "(Rows−1)·LdOut + VHeads·VDim")
 		c.apart("LdOut", p.Rows, uint64(p.LdOut), vw, "VHeads·VDim")
@@ -435,8 +443,14 @@ func (p AttnParams) Validate() error {
 	if cover >= span32 {
 		c.failf("Parts", "Parts·Part = %d keys: want < 2³² (the kernels compute it in 32 bits)", cover)
 	}
-	if p.PosWord == NoWord && uint64(p.Pos)+uint64(p.Rows) > cover {
+	if p.Block > 1 {
+		c.failf("Block", "is %d, want 0 (causal rows) or 1 (a non-causal block: every row sees keys 0 … Pos)", p.Block)
+	}
+	if p.PosWord == NoWord && p.Block == 0 && uint64(p.Pos)+uint64(p.Rows) > cover {
 		c.failf("Parts", "Parts·Part = %d keys < Pos + Rows = %d: the merge would leave out the last keys", cover, uint64(p.Pos)+uint64(p.Rows))
+	}
+	if p.PosWord == NoWord && p.Block == 1 && uint64(p.Pos) >= cover {
+		c.failf("Parts", "Parts·Part = %d keys ≤ Pos = %d: the merge would leave out the last keys", cover, p.Pos)
 	}
 	rows := uint64(p.Rows)
 	qw := uint64(p.Heads) * uint64(p.HeadDim)
@@ -494,22 +508,6 @@ func (p GatherParams) Validate() error {
 	c.span("LdY", uint64(p.Rows), uint64(p.LdY), uint64(p.Width), "(Rows−1)·LdY + Width")
 	c.apart("LdY", p.Rows, uint64(p.LdY), uint64(p.Width), "Width")
 	c.grid(p.Grid(), [3]string{"Width", "Rows", ""})
-	return c.err()
-}
-
-// Validate checks the record against the rules of lithos_gdn_gates: Rows, Heads ≥ 1; a, b,
-// beta and g ([Rows, Ld*], Heads values) within 32-bit offsets; the outputs' rows apart.
-func (p GDNGatesParams) Validate() error {
-	c := vcheck{rec: "GDNGatesParams"}
-	c.done(p.DoneWord)
-	c.positive("Rows", p.Rows)
-	c.positive("Heads", p.Heads)
-	rows, h := uint64(p.Rows), uint64(p.Heads)
-	c.span("LdA", rows, uint64(p.LdA), h, "(Rows−1)·LdA + Heads")
-	c.span("LdB", rows, uint64(p.LdB), h, "(Rows−1)·LdB + Heads")
-	c.span("LdOut", rows, uint64(p.LdOut), h, "(Rows−1)·LdOut + Heads")
-	c.apart("LdOut", p.Rows, uint64(p.LdOut), h, "Heads")
-	c.grid(p.Grid(), [3]string{"", "Rows", ""})
 	return c.err()
 }
 

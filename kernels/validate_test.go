@@ -86,9 +86,8 @@ func backendRecords(t *testing.T, n int) []validator {
 		mm(formats.FP8, int(nz), s27H, EpiStore), mm(formats.FP8, 2*s27VH, s27H, EpiStore), mm(formats.FP8, s27H, int(vd), EpiAdd),
 		ConvParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Channels: cd, KernelSize: s27Conv, SlotWord: sw.WStep, WriteOut: 1, LdX: nz, LdY: cd},
 		L2NormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: 2 * s27KH, D: s27KD, Ld: cd, Eps: 1e-6, Post: 1, PostGroups: s27KH},
-		GDNGatesParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Heads: s27VH, LdA: 2 * s27VH, LdB: 2 * s27VH, LdOut: s27VH},
 		GDNParams{DoneWord: done, Rows: N, RowsWord: rowsWord, KHeads: s27KH, VHeads: s27VH, KDim: s27KD, VDim: s27VD, SlotWord: sw.WStep,
-			WriteOut: 1, LdQK: cd, LdV: cd, LdGate: s27VH, LdOut: vd},
+			WriteOut: 1, LdQK: cd, LdV: cd, LdGate: s27VH, LdOut: vd, Gates: 1, LdAB: 2 * s27VH},
 		// The commit replay: no done word, rows from the commit-rows word, the other slot.
 		GDNParams{DoneWord: nw, Rows: N, RowsWord: nwords, KHeads: s27KH, VHeads: s27VH, KDim: s27KD, VDim: s27VD, SlotWord: sw.WStep,
 			SlotXor: 1, LdQK: cd, LdV: cd, LdGate: s27VH, LdOut: vd},
@@ -172,7 +171,6 @@ func TestValidateRules(t *testing.T) {
 		LdQ: 192, LdO: 192, LdKV: 96, Part: 32, Parts: 3, Scale: 0.1}
 	kv := KVAppendParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Width: 96, LdK: 96, LdV: 96, LdC: 96, Capacity: 80}
 	ga := GatherParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Width: 70, Vocab: 50, DType: 1, LdY: 70}
-	gg := GDNGatesParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Heads: 8, LdA: 16, LdB: 16, LdOut: 8}
 	l2 := L2NormParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Groups: 3, D: 40, Ld: 120, Eps: 1e-6, Post: 1}
 	smp, err := NewSampleParams(2, 1000, 0.8, 0, 1, 20, 0)
 	if err != nil {
@@ -258,6 +256,11 @@ func TestValidateRules(t *testing.T) {
 		{"gdn state wraps", mut(gdn, func(p *GDNParams) { p.KDim, p.VDim, p.LdOut, p.LdV = 1<<15, 1<<15, 4<<15, 4<<15 }), "GDNParams.VDim: the state"},
 		{"gdn out overlap", mut(gdn, func(p *GDNParams) { p.LdOut = 64 }), "GDNParams.LdOut: is 64 < VHeads·VDim = 128"},
 		{"gdn out unused without WriteOut", mut(gdn, func(p *GDNParams) { p.LdOut, p.WriteOut = 0, 0 }), ""},
+		{"gdn gates ok", mut(gdn, func(p *GDNParams) { p.Gates, p.LdAB = 1, 8 }), ""},
+		{"gdn gates 2", mut(gdn, func(p *GDNParams) { p.Gates, p.LdAB = 2, 8 }), "GDNParams.Gates: is 2"},
+		{"gdn gates ab past 32-bit offsets", mut(gdn, func(p *GDNParams) { p.Gates, p.LdAB, p.Rows = 1, 1<<31, 3 }), "GDNParams.LdAB"},
+		{"gdn gates written rows overlap", mut(gdn, func(p *GDNParams) { p.Gates, p.LdAB, p.LdGate = 1, 8, 2 }), "GDNParams.LdGate: is 2"},
+		{"gdn gates read rows may overlap", mut(gdn, func(p *GDNParams) { p.LdGate = 0 }), ""},
 
 		{"conv ok", conv, ""},
 		{"conv kernel size 0", mut(conv, func(p *ConvParams) { p.KernelSize = 0 }), "ConvParams.KernelSize: is 0"},
@@ -267,6 +270,10 @@ func TestValidateRules(t *testing.T) {
 		{"conv y overlap", mut(conv, func(p *ConvParams) { p.LdY = 299 }), "ConvParams.LdY: is 299"},
 
 		{"attn ok", at, ""},
+		{"attn block ok", mut(at, func(p *AttnParams) { p.Block = 1 }), ""},
+		{"attn block 2", mut(at, func(p *AttnParams) { p.Block = 2 }), "AttnParams.Block: is 2"},
+		{"attn block at the partitions' end", mut(at, func(p *AttnParams) { p.Block, p.Pos = 1, 96 }), "AttnParams.Parts: Parts·Part = 96 keys ≤ Pos = 96"},
+		{"attn block of rows past Pos", mut(at, func(p *AttnParams) { p.Block, p.Pos = 1, 95 }), ""},
 		{"attn part 129", mut(at, func(p *AttnParams) { p.Part = 129 }), "AttnParams.Part: is 129 keys, want 1 to 128"},
 		{"attn part 0", mut(at, func(p *AttnParams) { p.Part = 0 }), "AttnParams.Part: is 0 keys"},
 		{"attn parts do not cover a fixed position", mut(at, func(p *AttnParams) { p.Parts = 2 }), "AttnParams.Parts: Parts·Part = 64 keys < Pos + Rows = 73"},
@@ -294,10 +301,6 @@ func TestValidateRules(t *testing.T) {
 		{"gather bf16 table of the 27B", mut(ga, func(p *GatherParams) { p.Vocab, p.Width, p.LdY = s27V, s27H, s27H }), ""},
 		{"gather ids wrap", mut(ga, func(p *GatherParams) { p.IdsOff = NoWord }), "GatherParams.IdsOff"},
 		{"gather y overlap", mut(ga, func(p *GatherParams) { p.LdY = 10 }), "GatherParams.LdY: is 10"},
-
-		{"gates ok", gg, ""},
-		{"gates heads 0", mut(gg, func(p *GDNGatesParams) { p.Heads = 0 }), "GDNGatesParams.Heads: is 0"},
-		{"gates out overlap", mut(gg, func(p *GDNGatesParams) { p.LdOut = 4 }), "GDNGatesParams.LdOut: is 4"},
 
 		{"l2 ok", l2, ""},
 		{"l2 d 0", mut(l2, func(p *L2NormParams) { p.D = 0 }), "L2NormParams.D: is 0"},

@@ -27,7 +27,7 @@ for c in lithos-pack lithos-run; do
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 cd $W
-if [ ! -f q.lithos ]; then
+if [ ! -e q.lithos ]; then
   ./lithos-pack synth --random qwen3.8-27b-nvfp4 --text-only -o T >/dev/null 2>&1 || echo synth T failed
   ./lithos-pack synth --random dspark-qwen3.8-27b-bf16 -o H >/dev/null 2>&1 || echo synth H failed
   ./lithos-pack pack T --draft H -o q.lithos >/dev/null 2>&1 || echo pack failed

@@ -13,6 +13,7 @@ import (
 	"lithos/formats"
 	"lithos/kernels"
 	"lithos/pack/blm"
+	"lithos/runtime/model"
 )
 
 // The MMA-layout matrix kernels (kernels/ops/blmx.kern, lithos_blmx_*) on the device: against the
@@ -27,14 +28,15 @@ func blmxDevice(e *opEnv) kernels.BLMXDevice { return mmaDevice(e.d, e.ks, e.clu
 // TestBLMX: every cluster size 1, 2, 4, 8 the device launches (clusters spread over its
 // multiprocessors), 1, 3, 8 and 16 rows, against the CPU backend — tolerance TestOpBLM's plus
 // 2⁻²¹·|s|·Σ|w·x| for the activations' two f16 pieces — and bit for bit: token t of an 8-row launch
-// is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows.
+// is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows;
+// at 8 rows the folded RMSNorm too (Norm 1) against the CPU's RMSNorm then product.
 func TestBLMX(t *testing.T) {
 	if emulatorEnabled() && !emulateTensorCore() {
 		t.Skip("SKIP: the emulator runs the MMA-layout kernels only in its tensor-core build (LITHOS_CUDA_EMULATE_MMA=1)")
 	}
 	e := newOpEnv(t, 41)
-	if e.d.Info.SharedOptin < kernels.BLMXShared+512 {
-		t.Skipf("SKIP: %d bytes of shared memory per block; the MMA-layout kernels need %d", e.d.Info.SharedOptin, kernels.BLMXShared+512)
+	if e.d.Info.SharedOptin < kernels.BLMXShared+kernels.BLMXStatic {
+		t.Skipf("SKIP: %d bytes of shared memory per block; the MMA-layout kernels need %d", e.d.Info.SharedOptin, kernels.BLMXShared+kernels.BLMXStatic)
 	}
 	outer := e.t
 	defer func() { e.t = outer }()
@@ -67,6 +69,17 @@ func TestBLMX(t *testing.T) {
 		for i := range tol {
 			tol[i] += (tol[i] - 4*u*math.Abs(want[i])) / (2 * gamma) * 0x1p-21
 		}
+		// RMSNorm(x) of the first 8 rows (weights 1 + w, the checkpoint's), its product on the CPU
+		// and the bound plus the fold's roundings (x·nw and r·y: 2⁻²² of Σ|W·xn|; r from a
+		// float32 Σx²: γ_K/2 relative).
+		nw := model.OnePlus(e.randn(k, 0.5))
+		xn := make([]float32, 8*k)
+		model.RMSNorm(xn, x[:8*k], nw, 8, 1e-6)
+		wantN, tolN := m.ref(t, all, xn, 8)
+		for i := range tolN {
+			tolN[i] += (tolN[i] - 4*u*math.Abs(wantN[i])) / (2 * gamma) * (0x1p-21 + gamma/2 + 0x1p-22)
+		}
+		bnw := e.f32(nw)
 		name, _ := kernels.BLMXKernel(m.g.Format)
 		for _, cl := range []int{1, 2, 4, 8} {
 			if cl > dev.MaxCluster {
@@ -88,7 +101,7 @@ func TestBLMX(t *testing.T) {
 					if rows == 1 {
 						for tt := 0; tt < 16; tt++ {
 							by := e.poisoned(n)
-							e.run(name, rec, rec.Grid(), bw, bs, e.f32(x[tt*k:(tt+1)*k]), by)
+							e.run(name, rec, rec.Grid(), bw, bs, e.f32(x[tt*k:(tt+1)*k]), by, bs)
 							got := e.read(by, n)
 							check(t, fmt.Sprintf("token %d alone", tt), got, f32s(want[tt*n:(tt+1)*n]), func(i int) float64 { return tol[tt*n+i] })
 							r1 = append(r1, got)
@@ -96,9 +109,18 @@ func TestBLMX(t *testing.T) {
 						continue
 					}
 					by := e.poisoned(rows * n)
-					e.run(name, rec, rec.Grid(), bw, bs, bx, by)
+					e.run(name, rec, rec.Grid(), bw, bs, bx, by, bs)
 					got := e.read(by, rows*n)
 					check(t, fmt.Sprintf("%d rows", rows), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
+					if rows == 8 {
+						// The same rows through the folded RMSNorm (Norm 1: the ranks' Σx² added
+						// through distributed shared memory) against RMSNorm then the product.
+						rn := rec
+						rn.Norm, rn.Eps = 1, 1e-6
+						byn := e.poisoned(rows * n)
+						e.run(name, rn, rn.Grid(), bw, bs, bx, byn, bnw)
+						check(t, "8 rows of RMSNorm(x)", e.read(byn, rows*n), f32s(wantN), func(i int) float64 { return tolN[i] })
+					}
 					for tt := 0; tt < rows; tt++ {
 						for i := 0; i < n; i++ {
 							if math.Float32bits(got[tt*n+i]) != math.Float32bits(r1[tt][i]) {
@@ -114,7 +136,7 @@ func TestBLMX(t *testing.T) {
 						if !rec8.TrySplit(cl, max(groups, 1)) {
 							t.Fatalf("8 rows: no split with clusters of %d", cl)
 						}
-						e.run(name, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8)
+						e.run(name, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8, bs)
 						got8 := e.read(by8, 8*n)
 						for i := range got8 {
 							if math.Float32bits(got[8*n+i]) != math.Float32bits(got8[i]) {
@@ -136,8 +158,8 @@ func TestBLMX(t *testing.T) {
 // GB/s and × floor per shape, rows and split; the lines also give µs per matrix.
 func BenchmarkBLMXShapes(b *testing.B) {
 	d, ks, floor := benchDevice(b)
-	if d.Info.SharedOptin < kernels.BLMXShared+512 {
-		b.Skipf("SKIP: %d bytes of shared memory per block; the MMA-layout kernels need %d", d.Info.SharedOptin, kernels.BLMXShared+512)
+	if d.Info.SharedOptin < kernels.BLMXShared+kernels.BLMXStatic {
+		b.Skipf("SKIP: %d bytes of shared memory per block; the MMA-layout kernels need %d", d.Info.SharedOptin, kernels.BLMXShared+kernels.BLMXStatic)
 	}
 	chk, s := benchStream(b, d)
 	dev := mmaDevice(d, ks, d.LaunchesClusters())
@@ -204,9 +226,9 @@ func BenchmarkBLMXShapes(b *testing.B) {
 					for _, m := range mats {
 						var err error
 						if p.Cl > 1 {
-							err = ks.LaunchCluster(s, name, p.Grid(), p.ClusterDims(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr)
+							err = ks.LaunchCluster(s, name, p.Grid(), p.ClusterDims(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr, m.s.Ptr)
 						} else {
-							err = ks.Launch(s, name, p.Grid(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr)
+							err = ks.Launch(s, name, p.Grid(), ctl.Ptr, recs.At(off), m.w.Ptr, m.s.Ptr, x.Ptr, y.Ptr, m.s.Ptr)
 						}
 						if err != nil {
 							return err

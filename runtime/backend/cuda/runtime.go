@@ -102,14 +102,14 @@ func (r *runtimeDevice) FragmentLayout() bool {
 }
 
 // MMALayout implements gpu.MMALayouter: unless LITHOS_CUDA_MMA=0, on a GPU that gives a block the
-// kernels' threadgroup memory (kernels.BLMXShared and 512 static bytes: the H100/H200; on the
+// kernels' threadgroup memory (kernels.BLMXShared and kernels.BLMXStatic: the H100/H200; on the
 // emulator only in its tensor-core build), the device for the MMA-layout work split: its
 // multiprocessors, clusters of up to
 // kernels.BLMMaxClusters when its queues launch them (else 1), and per cluster size the
 // clusters that run at once (cuOccupancyMaxActiveClusters; a failed query leaves it to the
 // multiprocessor count).
 func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
-	if !mmaLayoutOn() || (emu != nil && !emu.tensorCore()) || r.d.Info.SharedOptin < kernels.BLMXShared+512 {
+	if !mmaLayoutOn() || (emu != nil && !emu.tensorCore()) || r.d.Info.SharedOptin < kernels.BLMXShared+kernels.BLMXStatic {
 		return kernels.BLMXDevice{}, false
 	}
 	return mmaDevice(r.d, r.ks, r.d.LaunchesClusters() && os.Getenv("LITHOS_CUDA_CLUSTERS") != "0"), true

@@ -178,7 +178,7 @@ func (e *opEnv) blm(m *gpu.Matrix, rows int, epi uint32, x, y *Buffer) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		e.run(name, rec, rec.Grid(), &Buffer{Ptr: m.Ptr}, &Buffer{Ptr: m.Scales}, x, y)
+		e.run(name, rec, rec.Grid(), &Buffer{Ptr: m.Ptr}, &Buffer{Ptr: m.Scales}, x, y, &Buffer{Ptr: m.Scales})
 		return
 	}
 	rec, err := kernels.NewBLMParams(m.Geometry, rows, epi)

@@ -337,9 +337,29 @@ func (e *emitter) rmsEps(eps float32, x, wv, y uint64, rows int, rowsWord uint32
 	e.b.add("lithos_rmsnorm", r, r.Grid(), x, wv, x, y)
 }
 
+// normMM is the target's product of m with RMSNorm(x) (RMSPlain, weights wv: the checkpoint's
+// 1 + w) over rows contiguous rows of Hidden values: with m in the MMA layout one launch, the
+// norm folded into the product (kernels.BLMXParams.Norm), else the RMSNorm into the session's
+// hn then the product.
+func (e *emitter) normMM(m *Matrix, rows int, rowsWord uint32, epi uint32, x, wv, y uint64) {
+	if m.Layout != kernels.BLMLayoutMMA {
+		h := e.s.t.Cfg.Hidden
+		e.rms(x, wv, x, e.s.hn.Ptr, rows, rowsWord, 1, h, h, h, h, kernels.RMSPlain)
+		e.mm(m, rows, rowsWord, epi, e.s.hn.Ptr, y, 0, 0)
+		return
+	}
+	e.mmx(m, rows, rowsWord, epi, x, y, 0, 0, wv, e.s.t.Cfg.RMSEps)
+}
+
 // mm is the BLM product of m with rows activation rows (the count from rowsWord when it is not
 // NoWord); ldx, ldy of 0 keep NewBLMParams' contiguous defaults.
 func (e *emitter) mm(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uint64, ldx, ldy int) {
+	e.mmx(m, rows, rowsWord, epi, x, y, ldx, ldy, 0, 0)
+}
+
+// mmx is mm with, for a matrix in the MMA layout, the RMSNorm (weights nw, epsilon eps) of x's
+// rows folded into the product (nw 0: none).
+func (e *emitter) mmx(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uint64, ldx, ldy int, nw uint64, eps float32) {
 	if e.b.err != nil {
 		return
 	}
@@ -361,7 +381,12 @@ func (e *emitter) mm(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uint
 		if ldy > 0 {
 			r.LdY = uint32(ldy)
 		}
-		e.b.add(name, r, r.Grid(), m.Ptr, m.Scales, x, y)
+		if nw == 0 {
+			nw = m.Scales // unread without Norm
+		} else {
+			r.Norm, r.Eps = 1, eps
+		}
+		e.b.add(name, r, r.Grid(), m.Ptr, m.Scales, x, y, nw)
 		return
 	}
 	r, err := kernels.NewBLMParams(m.Geometry, rows, epi)
@@ -447,10 +472,10 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 	e.gather(s.ctl.Ptr, w.Pending, emb, s.embDType, n, rowsWord, h, c.Vocab, h, s.x.Ptr)
 	tap(-1)
 	for li, l := range s.plans {
-		e.what("layer %d (%v) input norm", li, l.kind)
-		e.rms(s.x.Ptr, l.inNorm, s.x.Ptr, s.hn.Ptr, n, rowsWord, 1, h, h, h, h, kernels.RMSPlain)
 		switch l.kind {
 		case model.GDN:
+			e.what("layer %d (%v) input norm", li, l.kind)
+			e.rms(s.x.Ptr, l.inNorm, s.x.Ptr, s.hn.Ptr, n, rowsWord, 1, h, h, h, h, kernels.RMSPlain)
 			nz := int(l.zqkv.Geometry.N)
 			zqkv, conv, beta, g := s.zqkv, s.conv, s.beta, s.g
 			if keep {
@@ -469,23 +494,22 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 			l2 := kernels.L2NormParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Groups: uint32(2 * c.KHeads), D: uint32(c.KDim),
 				Ld: uint32(cd), Eps: model.L2Eps, Post: float32(1 / math.Sqrt(float64(c.KDim))), PostGroups: uint32(c.KHeads)}
 			e.b.add("lithos_l2norm", l2, l2.Grid(), conv.Ptr)
-			e.what("layer %d (%v) gates", li, l.kind)
-			gg := kernels.GDNGatesParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Heads: uint32(c.VHeads),
-				LdA: uint32(2 * c.VHeads), LdB: uint32(2 * c.VHeads), LdOut: uint32(c.VHeads)}
-			e.b.add("lithos_gdn_gates", gg, gg.Grid(), f32at(s.ab, l.aOff), f32at(s.ab, l.bOff), l.negA, l.dtBias, beta.Ptr, g.Ptr)
-			e.what("layer %d (%v) delta rule", li, l.kind)
+			e.what("layer %d (%v) gates and delta rule", li, l.kind)
+			// The gates (β, g) computed in the delta rule's launch and kept in beta, g for the
+			// commit replay (GDNParams.Gates).
 			gd := kernels.GDNParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, KHeads: uint32(c.KHeads), VHeads: uint32(c.VHeads),
 				KDim: uint32(c.KDim), VDim: uint32(c.VDim), Slot: 0, SlotWord: w.Step, SlotXor: 0, WriteOut: 1,
-				LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(c.VHeads), LdOut: uint32(vd)}
-			e.b.add("lithos_gdn", gd, gd.Grid(), conv.Ptr, f32at(conv, kd), f32at(conv, 2*kd), beta.Ptr, g.Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr)
+				LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(c.VHeads), LdOut: uint32(vd), Gates: 1, LdAB: uint32(2 * c.VHeads)}
+			e.b.add("lithos_gdn", gd, gd.Grid(), conv.Ptr, f32at(conv, kd), f32at(conv, 2*kd), beta.Ptr, g.Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr,
+				f32at(s.ab, l.aOff), f32at(s.ab, l.bOff), l.negA, l.dtBias)
 			e.what("layer %d (%v) gated norm", li, l.kind)
 			e.rms(s.o.Ptr, l.gn, f32at(zqkv, l.zOff), s.o.Ptr, n, rowsWord, c.VHeads, c.VDim, vd, nz, vd, kernels.RMSGated)
 			e.what("layer %d (%v) out_proj", li, l.kind)
 			e.mm(l.out, n, rowsWord, kernels.EpiAdd, s.o.Ptr, s.x.Ptr, 0, 0)
 		case model.Attention:
 			nq := int(l.qkv.Geometry.N)
-			e.what("layer %d (%v) qkv", li, l.kind)
-			e.mm(l.qkv, n, rowsWord, kernels.EpiStore, s.hn.Ptr, s.qkv.Ptr, 0, 0)
+			e.what("layer %d (%v) input norm and qkv", li, l.kind)
+			e.normMM(l.qkv, n, rowsWord, kernels.EpiStore, s.x.Ptr, l.inNorm, s.qkv.Ptr)
 			e.what("layer %d (%v) q norm", li, l.kind)
 			// q heads are interleaved with the gate heads (stride 2·head_dim): the heads are the
 			// rows, the n token rows the record's Tokens (one launch).
@@ -522,10 +546,8 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 			e.what("layer %d (%v) o_proj", li, l.kind)
 			e.mm(l.o, n, rowsWord, kernels.EpiAdd, s.att.Ptr, s.x.Ptr, 0, 0)
 		}
-		e.what("layer %d (%v) post norm", li, l.kind)
-		e.rms(s.x.Ptr, l.postNorm, s.x.Ptr, s.hn.Ptr, n, rowsWord, 1, h, h, h, h, kernels.RMSPlain)
-		e.what("layer %d (%v) mlp gate_up", li, l.kind)
-		e.mm(l.gateUp, n, rowsWord, kernels.EpiSwiGLU, s.hn.Ptr, s.act.Ptr, 0, 0)
+		e.what("layer %d (%v) post norm and mlp gate_up", li, l.kind)
+		e.normMM(l.gateUp, n, rowsWord, kernels.EpiSwiGLU, s.x.Ptr, l.postNorm, s.act.Ptr)
 		e.what("layer %d (%v) mlp down_proj", li, l.kind)
 		e.mm(l.down, n, rowsWord, kernels.EpiAdd, s.act.Ptr, s.x.Ptr, 0, 0)
 		tap(li)
@@ -564,10 +586,8 @@ func (s *Session) buildProgram(kind, n int, last bool) (*program, error) {
 	}
 	e.layers(n, nw, false)
 	if kind == progDecode || last {
-		e.what("final norm")
-		e.rms(f32at(s.x, (n-1)*h), s.finalNorm, f32at(s.x, (n-1)*h), s.hn.Ptr, 1, nw, 1, h, h, h, h, kernels.RMSPlain)
-		e.what("lm_head")
-		e.mm(s.head, 1, nw, kernels.EpiStore, s.hn.Ptr, s.logits.Ptr, 0, 0)
+		e.what("final norm and lm_head")
+		e.normMM(s.head, 1, nw, kernels.EpiStore, f32at(s.x, (n-1)*h), s.finalNorm, s.logits.Ptr)
 		e.what("token")
 		// Decode: the token of position Position + 1; prefill: Position + n (read before the commit).
 		add := uint32(1)
@@ -710,13 +730,12 @@ func (s *Session) emitDraft(e *emitter) {
 			LdK: uint32(kvd), LdV: uint32(ld), LdC: uint32(kvd), Capacity: uint32(s.opt.Capacity + B)}
 		e.b.add("lithos_kv_append", kv, kv.Grid(), sp.k.Ptr, f32at(sp.qkv, vcol), sp.ctxK[li].Ptr, sp.ctxV[li].Ptr)
 		e.what("draft: layer %d attention (non-causal)", li)
-		for r := 0; r < B; r++ { // every block row attends to the context and the whole block
-			at := kernels.AttnParams{DoneWord: e.done, Rows: 1, RowsWord: nw, PosWord: s.auxBlockLast,
-				Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), LdQ: uint32(qd), LdO: uint32(qd), LdKV: uint32(kvd),
-				Part: AttnPartition, Parts: uint32(sp.parts), Scale: float32(1 / math.Sqrt(float64(hd)))}
-			e.b.add("lithos_attn_partial", at, at.GridPartial(), f32at(sp.q, r*qd), sp.ctxK[li].Ptr, sp.ctxV[li].Ptr, sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr)
-			e.b.add("lithos_attn_merge", at, at.GridMerge(), sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr, f32at(sp.att, r*qd))
-		}
+		// Every block row attends to the context and the whole block: keys 0 … BlockLast.
+		at := kernels.AttnParams{DoneWord: e.done, Rows: uint32(B), RowsWord: nw, PosWord: s.auxBlockLast,
+			Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), LdQ: uint32(qd), LdO: uint32(qd), LdKV: uint32(kvd),
+			Part: AttnPartition, Parts: uint32(sp.parts), Scale: float32(1 / math.Sqrt(float64(hd))), Block: 1}
+		e.b.add("lithos_attn_partial", at, at.GridPartial(), sp.q.Ptr, sp.ctxK[li].Ptr, sp.ctxV[li].Ptr, sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr)
+		e.b.add("lithos_attn_merge", at, at.GridMerge(), sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr, sp.att.Ptr)
 		e.what("draft: layer %d o_proj", li)
 		e.mm(L.o.m, B, nw, kernels.EpiAdd, sp.att.Ptr, sp.h.Ptr, 0, 0)
 		e.what("draft: layer %d post norm", li)
@@ -777,15 +796,12 @@ func (s *Session) buildRound() (*program, error) {
 	b := &builder{p: p, pfx: s.pfx}
 	e := &emitter{s: s, b: b, done: w.Done}
 	nw := uint32(kernels.NoWord)
-	h := c.Hidden
 	s.emitRound(e, kernels.RoundBegin, nw, false)
 	s.emitDraft(e)
 	s.emitRound(e, kernels.RoundRows, nw, false)
 	e.layers(n, w.Rows, true)
-	e.what("final norm")
-	e.rms(s.x.Ptr, s.finalNorm, s.x.Ptr, s.hn.Ptr, n, w.Rows, 1, h, h, h, h, kernels.RMSPlain)
-	e.what("lm_head")
-	e.mm(s.head, n, w.Rows, kernels.EpiStore, s.hn.Ptr, s.logits.Ptr, 0, 0)
+	e.what("final norm and lm_head")
+	e.normMM(s.head, n, w.Rows, kernels.EpiStore, s.x.Ptr, s.finalNorm, s.logits.Ptr)
 	e.what("tokens")
 	e.choose(s.logits.Ptr, n, w.Rows, s.targets.Ptr, 0, w.Position, 1)
 	s.emitRound(e, kernels.RoundAccept, nw, false)
@@ -805,7 +821,8 @@ func (s *Session) buildRound() (*program, error) {
 			KDim: uint32(c.KDim), VDim: uint32(c.VDim), Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0,
 			LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(c.VHeads), LdOut: uint32(c.VHeads * c.VDim)}
 		kc := sp.kConv[l.idx]
-		b.add("lithos_gdn", gd, gd.Grid(), kc.Ptr, f32at(kc, kd), f32at(kc, 2*kd), sp.kBeta[l.idx].Ptr, sp.kG[l.idx].Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr)
+		b.add("lithos_gdn", gd, gd.Grid(), kc.Ptr, f32at(kc, kd), f32at(kc, 2*kd), sp.kBeta[l.idx].Ptr, sp.kG[l.idx].Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr,
+			kc.Ptr, kc.Ptr, kc.Ptr, kc.Ptr) // Gates 0: ga, gb, neg_a, dt_bias unread
 	}
 	s.emitRound(e, kernels.RoundMark, nw, false)
 	s.emitAppend(e, n, s.auxCommitRows)

@@ -227,7 +227,7 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 			{&sp.tapBuf, R * len(sp.taps) * h}, {&sp.h, B * h}, {&sp.xn, B * h}, {&sp.qkv, B * ldQKV}, {&sp.q, B * dq}, {&sp.k, B * dkv},
 			{&sp.att, B * dq}, {&sp.act, B * dc.Intermediate}, {&sp.gu, B * ldGU}, {&sp.hn, B * h}, {&sp.base, B * c.Vocab},
 			{&sp.cin, dc.ConfidenceDim() + dc.MarkovRank}, {&sp.conf, B}, {&sp.cx, R * h}, {&sp.cqkv, R * ldKV}, {&sp.ck, R * dkv},
-			{&sp.pm, dc.Heads * sp.parts}, {&sp.pl, dc.Heads * sp.parts}, {&sp.po, dc.Heads * sp.parts * dc.HeadDim},
+			{&sp.pm, B * dc.Heads * sp.parts}, {&sp.pl, B * dc.Heads * sp.parts}, {&sp.po, B * dc.Heads * sp.parts * dc.HeadDim},
 		}
 		for range dc.Layers {
 			specSizes = append(specSizes, struct {
