@@ -32,7 +32,7 @@ const BLMXShared = 224 << 10
 // BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes: the simdgroups' token
 // maxima and Σx² partials (16·8 words each) and the part's 8 Σx² (Norm). A device needs
 // BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels.
-const BLMXStatic = 2*16*8*4 + 8*4
+const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4
 
 // blmxChunk returns, for a format with an MMA-layout kernel, the MMA k-steps (16 columns) per
 // chunk (one 16-byte load per lane) and the chunk's bytes (NVFP4: 512 of codes and 64 of

@@ -358,10 +358,11 @@ func TestFiberBLMXNorm(t *testing.T) {
 	r := rand.New(rand.NewPCG(47, 48))
 	const eps = 1e-6
 	for _, sh := range []struct {
-		f    formats.Format
-		n, k int64
-	}{{formats.NVFP4, 48, 1792}, {formats.FP8, 33, 1000}} {
-		c := newBLMCase(t, r, sh.f, sh.n, sh.k, 0, false)
+		f     formats.Format
+		n, k  int64
+		lanes int
+	}{{formats.NVFP4, 48, 1808, 32}, {formats.FP8, 33, 1000, 0}} { // 28.25 and 31.25 chunks
+		c := newBLMCase(t, r, sh.f, sh.n, sh.k, sh.lanes, false)
 		k, n := int(c.g.K), int(c.g.N)
 		m, _ := c.ref.All()
 		nw := model.OnePlus(randVec(r, k, 0.5))

@@ -15,7 +15,7 @@ import (
 	"lithos/runtime/model"
 )
 
-// The priority-4 ops (GDN, conv, attention, gather, gates, L2 norm, the step control and the
+// The priority-4 ops (GDN with its gates, conv, attention, gather, L2 norm, the step control and the
 // DSpark Markov chain) in the fiber runtime against the CPU backend's functions.
 
 // TestFiberGDNGates: Gates 1 (β and g computed in the delta rule's launch from the in_proj_ab
@@ -36,9 +36,9 @@ func TestFiberGDNGates(t *testing.T) {
 			ab := randVec(r, rows*2*h, 6) // [rows, 2·VHeads]: a, then b
 			negA, dt := model.NegExp(randVec(r, h, 1)), randVec(r, h, 1)
 			a, b := make([]float32, rows*h), make([]float32, rows*h)
-			for t := range rows {
-				copy(a[t*h:(t+1)*h], ab[t*2*h:])
-				copy(b[t*h:(t+1)*h], ab[t*2*h+h:])
+			for row := range rows {
+				copy(a[row*h:(row+1)*h], ab[row*2*h:])
+				copy(b[row*h:(row+1)*h], ab[row*2*h+h:])
 			}
 			wb, wg := make([]float32, rows*h), make([]float32, rows*h)
 			model.GDNGates(wb, wg, a, b, negA, dt, rows)
@@ -269,7 +269,7 @@ func TestFiberAttentionBlock(t *testing.T) {
 	}
 }
 
-func TestFiberGatherGatesL2(t *testing.T) {
+func TestFiberGatherL2(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
 	t.Run("gather_bf16", func(t *testing.T) {
 		const vocab, width = 50, 70

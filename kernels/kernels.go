@@ -79,7 +79,7 @@ type Buffer struct {
 	// NoAlias promises that no other argument of the launch (nor ctl) overlaps this buffer's
 	// memory while the kernel runs, so CUDA may declare it __restrict__. The registry sets it
 	// only on read-only weight tables (RMSNorm w, BLM w and scales, conv w, the embedding table,
-	// RoPE inv_freq, the GDN gates' neg_a and dt_bias), which no kernel writes; a host must not
+	// RoPE inv_freq), which no kernel writes; a host must not
 	// bind such an argument to memory another argument of the same launch writes.
 	NoAlias bool
 }

@@ -383,11 +383,12 @@ type ConvParams struct {
 // Grid is one thread per channel: ⌈Channels/convThreads⌉ threadgroups.
 func (p ConvParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.Channels, convThreads), 1, 1} }
 
-// AttnParams: causal GQA attention over the KV cache (runtime/model.Attend): row r < rows at
-// position Pos + r (PosWord: the Position word) attends keys 0 … Pos + r of the caches kc, vc
-// ([capacity, LdKV], head kvh at kvh·HeadDim), query head h reading KV head h/(Heads/KVHeads),
-// scores scaled by Scale. The keys are split in partitions of Part (≤ 128) keys; Parts is the
-// partitions the scratch holds (⌈(the largest Pos + rows)/Part⌉). lithos_attn_partial (buffers
+// AttnParams: GQA attention over the KV cache (runtime/model.Attend), causal unless Block: row
+// r < rows at position Pos + r (PosWord: the Position word) attends keys 0 … Pos + r of the
+// caches kc, vc ([capacity, LdKV], head kvh at kvh·HeadDim), query head h reading KV head
+// h/(Heads/KVHeads), scores scaled by Scale. The keys are split in partitions of Part (≤ 128)
+// keys; Parts is the partitions the scratch holds (⌈(the largest Pos + rows)/Part⌉; with Block
+// ⌈(the largest Pos + 1)/Part⌉). lithos_attn_partial (buffers
 // q [rows, LdQ], kc, vc, pm, pl [rows·Heads·Parts], po [rows·Heads·Parts·HeadDim]) then
 // lithos_attn_merge (buffers pm, pl, po, out [rows, LdO]), the same record. Block 1 makes the
 // rows a non-causal block: every row attends keys 0 … Pos (the DSpark drafter's block, whose

@@ -421,8 +421,8 @@ const AttnMaxPart = 128
 // Validate checks the record against the rules of lithos_attn_partial and lithos_attn_merge:
 // Rows, Heads, KVHeads, HeadDim, Parts ≥ 1; Heads a multiple of KVHeads; Part in [1, 128]; the
 // partitions cover Parts·Part < 2³² keys, and with a fixed position (PosWord = NoWord) every
-// row's keys: Pos + Rows ≤ Parts·Part (a dynamic position is the kernels' guard,
-// GuardAttnPartial / GuardAttnMerge); q, out ([Rows, LdQ / LdO], Heads·HeadDim values), the
+// row's keys: Pos + Rows ≤ Parts·Part, with Block Pos < Parts·Part (a dynamic position is the
+// kernels' guard, GuardAttnPartial / GuardAttnMerge); Block 0 or 1; q, out ([Rows, LdQ / LdO], Heads·HeadDim values), the
 // caches (Parts·Part rows of LdKV, KVHeads·HeadDim values) and the scratch
 // (Rows·Heads·Parts·HeadDim) within 32-bit offsets; out's rows apart; Parts ≤ 65535 (grid z).
 func (p AttnParams) Validate() error {

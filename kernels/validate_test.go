@@ -109,9 +109,9 @@ func backendRecords(t *testing.T, n int) []validator {
 			Ld: s27DHeads * s27DHD, Scale: 1},
 		KVAppendParams{DoneWord: done, Rows: s27B, RowsWord: nw, PosWord: sw.WPosition, Width: s27DKV * s27DHD, LdK: s27DKV * s27DHD,
 			LdV: (s27DHeads + 2*s27DKV) * s27DHD, LdC: s27DKV * s27DHD, Capacity: s27Cap + s27B},
-		AttnParams{DoneWord: done, Rows: 1, RowsWord: nw, PosWord: nwords + 1, Heads: s27DHeads, KVHeads: s27DKV, HeadDim: s27DHD,
+		AttnParams{DoneWord: done, Rows: s27B, RowsWord: nw, PosWord: nwords + 1, Heads: s27DHeads, KVHeads: s27DKV, HeadDim: s27DHD,
 			LdQ: s27DHeads * s27DHD, LdO: s27DHeads * s27DHD, LdKV: s27DKV * s27DHD, Part: s27Part, Parts: (s27Cap + s27B + s27Part - 1) / s27Part,
-			Scale: float32(1 / math.Sqrt(s27DHD))},
+			Scale: float32(1 / math.Sqrt(s27DHD)), Block: 1},
 		GatherParams{DoneWord: done, Rows: 1, RowsWord: nw, Width: s27Rank, Vocab: s27V, IdsOff: sw.WPending + 3, DType: 1, LdY: s27Rank},
 		EwiseParams{DoneWord: done, Rows: s27B, RowsWord: nw, N: s27I, LdA: 2 * s27I, LdB: 2 * s27I, LdY: s27I, Mode: EwSwiGLU},
 	}
