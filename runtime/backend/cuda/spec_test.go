@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"lithos/kernels"
 	"lithos/pack"
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
@@ -613,5 +614,66 @@ func TestSpecSnapshot(t *testing.T) {
 	}
 	if err := open(opt).(backend.Snapshotter).Restore(sp); err == nil || !strings.Contains(err.Error(), "no drafter context") {
 		t.Fatalf("restore of a snapshot without context rows into a drafter session: %v", err)
+	}
+}
+
+// TestDraftMatrices: LoadDraft rewrites the draft head's matrices as LoadTarget does the
+// target's (the MMA layout where its copy fits and splits on the device, else fragment-major
+// where that copy exists, else the BLM layout; LITHOS_CUDA_MMA=0: no MMA layout), and each one
+// on the device × 1 and 7 random rows (the Markov and confidence heads' and the block's row
+// counts) equals the CPU's product of the bundle's packed bytes within the float32 summation
+// bound. On the tiny pair's heads in BF16 and NVFP4 (the Markov head's w2 with K = 64, the
+// confidence head with N = 1) and golden a's random NVFP4 head.
+func TestDraftMatrices(t *testing.T) {
+	for _, kind := range []string{"pair-bf16", "pair-nvfp4", "a"} {
+		t.Run(kind, func(t *testing.T) {
+			st := loadSpec(t, kind)
+			e := st.e
+			e.mma = st.gpu.MMA
+			d, ok := st.gpuDraft.(*gpu.DSpark)
+			if !ok {
+				t.Fatalf("draft %T", st.gpuDraft)
+			}
+			w := st.b.Weights()
+			fl, _ := Runtime(e.d, e.ks).(gpu.FragmentLayouter)
+			frag := fl != nil && fl.FragmentLayout()
+			layouts := map[uint32]int{}
+			for _, m := range d.Matrices() {
+				bt, ok := st.b.Tensor(m.Name)
+				if !ok {
+					t.Fatalf("no tensor %s", m.Name)
+				}
+				orig := w[bt.Offset : bt.Offset+m.Geometry.TotalBytes]
+				want := uint32(kernels.BLMLayoutBLM)
+				if st.gpu.MMA.SMs > 0 {
+					if _, err := kernels.NewBLMXParams(m.Geometry, 1, kernels.EpiStore, st.gpu.MMA); err == nil && kernels.BLMXCopyBytes(m.Geometry) > 0 && kernels.BLMXCopyBytes(m.Geometry) <= m.Geometry.TotalBytes {
+						want = kernels.BLMLayoutMMA
+					}
+				}
+				if _, err := kernels.BLMFragmentMajor(m.Geometry, orig); want == kernels.BLMLayoutBLM && err == nil && frag {
+					want = kernels.BLMLayoutFragment
+				}
+				if m.Layout != want {
+					t.Fatalf("%s (%s [%d, %d]): layout %d, want %d", m.Name, m.Geometry.Format, m.Geometry.N, m.Geometry.K, m.Layout, want)
+				}
+				layouts[m.Layout]++
+				p := cpuPacked(t, st.b, m.Name)
+				n, k := int(m.Geometry.N), int(m.Geometry.K)
+				for _, rows := range []int{1, 7} {
+					x := e.randn(rows*k, 1)
+					y := e.poisoned(rows * n)
+					e.t = t
+					e.blm(m, rows, kernels.EpiStore, e.f32(x), y)
+					got := e.read(y, rows*n)
+					ref, tol := packedRef(t, p, seq(n), x, rows)
+					wf := make([]float32, len(ref))
+					for i, v := range ref {
+						wf[i] = float32(v)
+					}
+					check(t, fmt.Sprintf("%s (%s [%d, %d], layout %d) × %d rows", m.Name, m.Geometry.Format, n, k, m.Layout, rows), got, wf, func(i int) float64 { return tol[i] })
+				}
+			}
+			t.Logf("%d draft matrices, by layout (0 BLM, 1 fragment-major, 2 MMA): %v", len(d.Matrices()), layouts)
+		})
 	}
 }

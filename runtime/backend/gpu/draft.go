@@ -114,8 +114,11 @@ func (d *DSpark) close() error {
 // or tensor: a draft architecture other than draft.Architectures, a config draft.ParseConfig
 // rejects, a head that does not fit the target (cpu.DraftFits), a missing tensor, a norm stored
 // with a transform, and shapes draft.New would reject; on the GPU also a matrix in a format the
-// kernels do not read and a Markov W1 table that is not BF16 or F32.
-func (t *Target) LoadDraft(_ context.Context, b *bundle.Bundle) (backend.Drafter, error) {
+// kernels do not read and a Markov W1 table that is not BF16 or F32. The head's matrices are
+// rewritten in the device's copy of weights.bin into the layouts LoadTarget chose for the
+// target's (repacker.one: the MMA layout, else fragment-major, else as packed), from the
+// bundle's bytes, so a second LoadDraft writes the same bytes again.
+func (t *Target) LoadDraft(ctx context.Context, b *bundle.Bundle) (backend.Drafter, error) {
 	m := b.Manifest
 	if m.Draft == nil {
 		return nil, nil
@@ -136,7 +139,7 @@ func (t *Target) LoadDraft(_ context.Context, b *bundle.Bundle) (backend.Drafter
 	if b != t.Bundle {
 		return nil, fmt.Errorf("bundle %s: the draft head must come from the bundle the target was loaded from (%s)", b.Dir, t.Bundle.Dir)
 	}
-	d, err := t.loadDSpark(cfg)
+	d, err := t.loadDSpark(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s: draft: %w", b.Dir, err)
 	}
@@ -144,9 +147,20 @@ func (t *Target) LoadDraft(_ context.Context, b *bundle.Bundle) (backend.Drafter
 	return d, nil
 }
 
-func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
+// loadDSpark binds the head's matrices (rewritten into the layouts the target's are: repacker)
+// and uploads its vectors.
+func (t *Target) loadDSpark(ctx context.Context, cfg draft.Config) (*DSpark, error) {
 	b := t.Bundle
 	d := &DSpark{t: t, Cfg: cfg}
+	rp := &repacker{t: t}
+	defer rp.close()
+	// relayout rewrites a matrix at weights.bin offset off as the target's are (repacker.one).
+	relayout := func(mx *Matrix, off int64) error {
+		if !t.mmaOn && !t.fragOn {
+			return nil
+		}
+		return rp.one(ctx, mx, off, b.Weights()[off:off+mx.Geometry.TotalBytes])
+	}
 	// Draft matrices by checkpoint name (segments of the draft's BLM tensors).
 	type ref struct {
 		bt  *manifests.BundleTensor
@@ -183,6 +197,9 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 			}
 			mx = &Matrix{Name: r.bt.Name, Geometry: bm.Geometry, Stack: bm.Stack,
 				Ptr: t.Weights.At(r.bt.Offset), Scales: t.Weights.At(r.bt.Offset + bm.Geometry.TotalBytes)}
+			if err := relayout(mx, r.bt.Offset); err != nil {
+				return segMatrix{}, err
+			}
 			mats[r.bt.Name] = mx
 		}
 		if int(mx.Geometry.K) != k {
@@ -293,6 +310,9 @@ func (t *Target) loadDSpark(cfg draft.Config) (*DSpark, error) {
 			}
 			L.gateUp = &Matrix{Name: gr.bt.Name, Geometry: g, Stack: gbm.Stack,
 				Ptr: t.Weights.At(gr.bt.Offset), Scales: t.Weights.At(gr.bt.Offset + g.TotalBytes)}
+			if err := relayout(L.gateUp, gr.bt.Offset); err != nil {
+				return nil, err
+			}
 		} else {
 			if L.gate, err = mat(p+"mlp.gate_proj", cfg.Intermediate, h); err != nil {
 				return nil, err

@@ -65,10 +65,13 @@ type Target struct {
 	Load   time.Duration
 	// MMA is the device the MMA-layout matrices' work split is made for (MMALayouter); zero
 	// when the device does not read that layout.
-	MMA    kernels.BLMXDevice
-	owned  bool      // Close also closes the device (Load)
-	pfx    string    // error prefix: the device's name in lower case ("cuda")
-	drafts []*DSpark // draft heads bound by LoadDraft (Close frees their buffers)
+	MMA kernels.BLMXDevice
+	// mmaOn, fragOn: the device reads the MMA and the fragment-major layouts (repack); the
+	// draft head's matrices are rewritten as the target's.
+	mmaOn, fragOn bool
+	owned         bool      // Close also closes the device (Load)
+	pfx           string    // error prefix: the device's name in lower case ("cuda")
+	drafts        []*DSpark // draft heads bound by LoadDraft (Close frees their buffers)
 
 	busyMu sync.Mutex
 	busy   error // a Session.Close's wait ended with ErrDeviceBusy: Close keeps the memory
@@ -347,83 +350,107 @@ func mmaSplits(g blm.Geometry, dev kernels.BLMXDevice) bool {
 const fragmentStage = 32 << 20
 
 // repack rewrites target matrices in place in t.Weights, which holds w (weights.bin) as
-// uploaded (a device copy: UploadStaged made it): with mma every NVFP4 and FP8 matrix whose
-// MMA-layout copy (kernels.BLMXCopy) fits its packed bytes and that has a work split on t.MMA
-// into that layout (Layout BLMLayoutMMA), with frag every other matrix that has a fragment-major copy
-// (kernels.BLMFragmentMajor: NVFP4 with stripes of whole groups, FP8, BF16, and no larger than
-// the packed bytes) into that one (BLMLayoutFragment); the others keep the BLM layout. One
-// matrix at a time (host memory: one matrix's copy and the staging buffer), through a pinned
-// staging buffer, each chunk awaited. Called before the matrices' Ptr are made device
-// addresses (they are still weights.bin offsets). A wait that ends with ErrDeviceBusy marks the
-// target busy (Close keeps its memory) and keeps the staging buffer.
+// uploaded (a device copy: UploadStaged made it), each as repacker.one says. One matrix at a
+// time (host memory: one matrix's copy and the staging buffer). Called before the matrices' Ptr
+// are made device addresses (they are still weights.bin offsets). It sets t.mmaOn and t.fragOn,
+// which LoadDraft's matrices follow.
 func (t *Target) repack(ctx context.Context, w []byte, mma, frag bool) error {
+	t.mmaOn, t.fragOn = mma, frag
 	names := make([]string, 0, len(t.mats))
 	for name := range t.mats {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	var q Queue
-	var host *HostBuffer
-	defer func() {
-		if q != nil {
-			if err := q.Close(); err != nil {
-				slog.Warn("weight copies: close the queue", "err", err)
-			}
-		}
-		if host != nil {
-			if err := host.Free(); err != nil {
-				slog.Warn("weight copies: free the staging buffer", "err", err)
-			}
-		}
-	}()
+	rp := &repacker{t: t}
+	defer rp.close()
 	for _, name := range names {
 		mx := t.mats[name]
 		off := int64(mx.Ptr)
-		src := w[off : off+mx.Geometry.TotalBytes]
-		var fm []byte
-		layout, kind := uint32(kernels.BLMLayoutMMA), "MMA-layout"
-		if mma && kernels.BLMXCopyBytes(mx.Geometry) > 0 && kernels.BLMXCopyBytes(mx.Geometry) <= mx.Geometry.TotalBytes && mmaSplits(mx.Geometry, t.MMA) {
-			var err error
-			if fm, err = kernels.BLMXCopy(mx.Geometry, src); err != nil {
-				return fmt.Errorf("tensor %s: %w", name, err)
-			}
+		if err := rp.one(ctx, mx, off, w[off:off+mx.Geometry.TotalBytes]); err != nil {
+			return err
 		}
-		if fm == nil && frag {
-			layout, kind = kernels.BLMLayoutFragment, "fragment-major"
-			var err error
-			if fm, err = kernels.BLMFragmentMajor(mx.Geometry, src); err != nil {
-				continue // the BLM layout, as stored
-			}
-		}
-		if fm == nil {
-			continue
-		}
-		if q == nil {
-			var err error
-			if q, err = t.Device.NewQueue(); err != nil {
-				return fmt.Errorf("weight copies: %w", err)
-			}
-			if host, err = t.Device.HostAlloc(fragmentStage, false); err != nil {
-				return fmt.Errorf("weight copies: staging: %w", err)
-			}
-		}
-		for c := 0; c < len(fm); c += fragmentStage {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			n := copy(host.Bytes, fm[c:])
-			if err := q.CopyHtoD(t.Weights, off+int64(c), host, 0, int64(n)); err != nil {
-				return fmt.Errorf("tensor %s: %s copy: %w", name, kind, err)
-			}
-			if err := q.Wait(0); err != nil {
-				if errors.Is(err, ErrDeviceBusy) {
-					host = nil // the copy may still read it
-					t.markBusy(err)
-				}
-				return fmt.Errorf("tensor %s: %s copy: %w", name, kind, err)
-			}
-		}
-		mx.Layout = layout
 	}
 	return nil
+}
+
+// repacker rewrites matrices of t.Weights in place through one pinned staging buffer
+// (fragmentStage bytes, allocated at the first rewrite) and one queue; close frees both.
+type repacker struct {
+	t    *Target
+	q    Queue
+	host *HostBuffer
+}
+
+// one rewrites mx, whose packed bytes src (the bundle's) sit at byte offset off of t.Weights:
+// with t.mmaOn an NVFP4 or FP8 matrix whose MMA-layout copy (kernels.BLMXCopy) fits its packed
+// bytes and that has a work split on t.MMA into that layout (Layout BLMLayoutMMA), with
+// t.fragOn any other that has a fragment-major copy (kernels.BLMFragmentMajor: NVFP4 with
+// stripes of whole groups, FP8, BF16, and no larger than the packed bytes) into that one
+// (BLMLayoutFragment); the others keep the BLM layout. Each chunk of the copy is awaited; a
+// wait that ends with ErrDeviceBusy marks the target busy (Close keeps its memory) and keeps the
+// staging buffer. Errors name the tensor.
+func (rp *repacker) one(ctx context.Context, mx *Matrix, off int64, src []byte) error {
+	t := rp.t
+	name := mx.Name
+	var fm []byte
+	layout, kind := uint32(kernels.BLMLayoutMMA), "MMA-layout"
+	if t.mmaOn && kernels.BLMXCopyBytes(mx.Geometry) > 0 && kernels.BLMXCopyBytes(mx.Geometry) <= mx.Geometry.TotalBytes && mmaSplits(mx.Geometry, t.MMA) {
+		var err error
+		if fm, err = kernels.BLMXCopy(mx.Geometry, src); err != nil {
+			return fmt.Errorf("tensor %s: %w", name, err)
+		}
+	}
+	if fm == nil && t.fragOn {
+		layout, kind = kernels.BLMLayoutFragment, "fragment-major"
+		var err error
+		if fm, err = kernels.BLMFragmentMajor(mx.Geometry, src); err != nil {
+			return nil // the BLM layout, as stored
+		}
+	}
+	if fm == nil {
+		return nil
+	}
+	if rp.q == nil {
+		var err error
+		if rp.q, err = t.Device.NewQueue(); err != nil {
+			return fmt.Errorf("weight copies: %w", err)
+		}
+		if rp.host, err = t.Device.HostAlloc(fragmentStage, false); err != nil {
+			return fmt.Errorf("weight copies: staging: %w", err)
+		}
+	}
+	for c := 0; c < len(fm); c += fragmentStage {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := copy(rp.host.Bytes, fm[c:])
+		if err := rp.q.CopyHtoD(t.Weights, off+int64(c), rp.host, 0, int64(n)); err != nil {
+			return fmt.Errorf("tensor %s: %s copy: %w", name, kind, err)
+		}
+		if err := rp.q.Wait(0); err != nil {
+			if errors.Is(err, ErrDeviceBusy) {
+				rp.host = nil // the copy may still read it
+				t.markBusy(err)
+			}
+			return fmt.Errorf("tensor %s: %s copy: %w", name, kind, err)
+		}
+	}
+	mx.Layout = layout
+	return nil
+}
+
+// close releases the queue and the staging buffer (failures logged).
+func (rp *repacker) close() {
+	if rp.q != nil {
+		if err := rp.q.Close(); err != nil {
+			slog.Warn("weight copies: close the queue", "err", err)
+		}
+		rp.q = nil
+	}
+	if rp.host != nil {
+		if err := rp.host.Free(); err != nil {
+			slog.Warn("weight copies: free the staging buffer", "err", err)
+		}
+		rp.host = nil
+	}
 }
