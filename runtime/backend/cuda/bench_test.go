@@ -9,8 +9,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -598,4 +601,33 @@ type benchShape struct {
 	f    formats.Format
 	n, k int64
 	epi  uint32
+}
+
+// benchFilter narrows a shape benchmark by LITHOS_CUDA_BENCH_SHAPES (a regexp on the shapes'
+// names), LITHOS_CUDA_BENCH_ROWS (comma-separated row counts out of rows) and
+// LITHOS_CUDA_BENCH_DEFAULT=1 (the default split only); a bad value fails the benchmark.
+func benchFilter(b *testing.B, shapes []benchShape, rows []int) ([]benchShape, []int, bool) {
+	b.Helper()
+	if v := os.Getenv("LITHOS_CUDA_BENCH_SHAPES"); v != "" {
+		re, err := regexp.Compile(v)
+		if err != nil {
+			b.Fatalf("LITHOS_CUDA_BENCH_SHAPES: %v", err)
+		}
+		shapes = slices.DeleteFunc(slices.Clone(shapes), func(s benchShape) bool { return !re.MatchString(s.name) })
+	}
+	if v := os.Getenv("LITHOS_CUDA_BENCH_ROWS"); v != "" {
+		var sel []int
+		for _, f := range strings.Split(v, ",") {
+			r, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || !slices.Contains(rows, r) {
+				b.Fatalf("LITHOS_CUDA_BENCH_ROWS: %q is not one of %v", f, rows)
+			}
+			sel = append(sel, r)
+		}
+		rows = sel
+	}
+	if len(shapes) == 0 {
+		b.Fatalf("LITHOS_CUDA_BENCH_SHAPES %q matches no shape", os.Getenv("LITHOS_CUDA_BENCH_SHAPES"))
+	}
+	return shapes, rows, os.Getenv("LITHOS_CUDA_BENCH_DEFAULT") == "1"
 }

@@ -156,6 +156,9 @@ func TestBLMX(t *testing.T) {
 // NewBLMXParams's split ("d") and every other cluster size that fits, and the BLM kernel the
 // sessions use now (fragment-major copy, cluster split: "blm") beside it in the same run. Reports
 // GB/s and × floor per shape, rows and split; the lines also give µs per matrix.
+// LITHOS_CUDA_BENCH_SHAPES (a regexp on the names below) and LITHOS_CUDA_BENCH_ROWS (e.g.
+// "8" or "1,8") narrow it, and LITHOS_CUDA_BENCH_DEFAULT=1 times NewBLMXParams's split only
+// (no other cluster size, no BLM kernel): one shape's launches alone, for Nsight Compute.
 func BenchmarkBLMXShapes(b *testing.B) {
 	d, ks, floor := benchDevice(b)
 	if d.Info.SharedOptin < kernels.BLMXShared+kernels.BLMXStatic {
@@ -174,6 +177,7 @@ func BenchmarkBLMXShapes(b *testing.B) {
 		{"fp8-attn_qkv", formats.FP8, 14336, 5120, kernels.EpiStore},
 		{"fp8-out", formats.FP8, 5120, 6144, kernels.EpiStore},
 	}
+	shapes, rowsList, onlyDefault := benchFilter(b, shapes, []int{1, 8, 16})
 	ctl, x, y := benchIO(b, d, s, 16*17408, 16*248320)
 	benchX(b, d, x, 16*17408)
 	timeGraph := func(launch func() error) []time.Duration { return timeReplays(b, d, s, launch) }
@@ -196,7 +200,7 @@ func BenchmarkBLMXShapes(b *testing.B) {
 		mats, per, freeMats := benchMatrices(b, d, s, chk, g.TotalBytes, rowsTab)
 		copies := len(mats)
 		mmaBytes := int64(copies) * (kernels.BLMXCopyBytes(g) + 4*rowsTab)
-		for _, rows := range []int{1, 8, 16} {
+		for _, rows := range rowsList {
 			p0, err := kernels.NewBLMXParams(g, rows, sh.epi, dev)
 			if err != nil {
 				b.Fatal(err)
@@ -205,7 +209,7 @@ func BenchmarkBLMXShapes(b *testing.B) {
 			for _, cl := range []int{0, 1, 2, 4, 8} {
 				p, mark := p0, "d"
 				if cl > 0 {
-					if cl == int(p0.Cl) || cl > dev.MaxCluster {
+					if onlyDefault || cl == int(p0.Cl) || cl > dev.MaxCluster {
 						continue
 					}
 					groups, ok := dev.Groups(cl)
@@ -239,6 +243,9 @@ func BenchmarkBLMXShapes(b *testing.B) {
 				key := sh.name + "-r" + strconv.Itoa(rows) + "-mma-cl" + strconv.Itoa(int(p.Cl)) + mark
 				report(key, fmt.Sprintf("%-14s rows %2d mma cl %d×%-3d%s", sh.name, rows, p.Cl, p.Groups, mark), mmaBytes, copies, times)
 				recs.Free()
+			}
+			if onlyDefault {
+				continue
 			}
 			// The BLM kernel the sessions run now: fragment-major, the cluster split.
 			bp, err := kernels.NewBLMParams(g, rows, sh.epi)
