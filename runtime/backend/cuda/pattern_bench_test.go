@@ -33,11 +33,10 @@ __device__ void pat_read(const uint4* __restrict__ p, unsigned long long np, uns
     const unsigned lane = threadIdx.x & 31u;
     const unsigned long long NW = gridDim.x * 16ull, steps = np / NW;
     unsigned long long acc = 0;
-    const unsigned long long st = mode == 0u ? 1ull : mode == 1u ? 1ull : 1ull;
     for (unsigned long long s = 0; s + 4 * AHEAD <= steps; s += 4 * AHEAD) {
         uint4 v[4 * AHEAD];
 #pragma unroll
-        for (int j = 0; j < 4 * AHEAD; ++j) v[j] = __ldg(p + pat_piece(mode, np, s + j * st) * 32ull + lane);
+        for (int j = 0; j < 4 * AHEAD; ++j) v[j] = __ldg(p + pat_piece(mode, np, s + j) * 32ull + lane);
 #pragma unroll
         for (int j = 0; j < 4 * AHEAD; ++j) acc += pat_sum(v[j]);
     }
