@@ -11,12 +11,15 @@
 # all of them also in DIR/ncu.tgz (a device call returns few files). Used in
 # docs/performance.md §3.3n.
 set -u -o pipefail
+# Absolute paths: the benchmark runs in its package directory, the reports are read from here.
+OUT=$(realpath -m "${OUT:-/tmp/lithos-ncu}")
+T=$(realpath -m "${CUDA_TEST:-/tmp/lithos-bin/cuda.test}")
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/lithos-ncu}
 ROWS=${ROWS:-8}
-T=${CUDA_TEST:-/tmp/lithos-bin/cuda.test}
 mkdir -p "$OUT"
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+[ -x "$T" ] || { echo "ncu_blmx.sh: no test binary $T (CUDA_TEST)" >&2; exit 1; }
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | sort -V | tail -1)
+[ -n "$ncu" ] || { echo "ncu_blmx.sh: no Nsight Compute (ncu) on this machine" >&2; exit 1; }
 "$ncu" --version | tail -1
 shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(nvfp4-gate_up nvfp4-down fp8-qkvz)

@@ -35,7 +35,10 @@ def load(path):
             continue
         def num(col):
             v = r[ix[col]].replace(",", "")
-            return int(float(v)) if v else 0
+            try:
+                return int(float(v))
+            except ValueError:  # empty, "N/A"
+                return 0
         out.append({
             "src": r[ix["Source"]].strip(),
             "samples": num("Warp Stall Sampling (All Samples)"),

@@ -39,8 +39,8 @@
 // Tests run on the GPU, or, with LITHOS_CUDA_EMULATE=1, on a CPU emulator of the driver that
 // runs the same programs with the kernels executed by lithos/kernels' fiber runtime
 // (emulator_test.go); with LITHOS_CUDA_EMULATE_MMA=1 too, the BLM kernels take the GPU's
-// tensor-core path there (MMAs emulated) and the target's matrices are read fragment-major, as
-// on the GPU.
+// tensor-core path there (MMAs emulated) and the target's and the draft head's matrices are read
+// in the MMA and fragment-major layouts, as on the GPU.
 //
 // The driver is linux/amd64 only; elsewhere Open returns an error saying so, and the tests
 // skip with the reason when no usable GPU is present (tools/cuda_check.sh runs them all on the

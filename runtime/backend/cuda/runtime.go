@@ -95,7 +95,7 @@ func (r *runtimeDevice) NewQueue() (gpu.Queue, error) {
 }
 
 // FragmentLayout implements gpu.FragmentLayouter: the kernels read the fragment-major copy of
-// the target's matrices (their tensor-core path), except on the driver's CPU emulator unless it
+// the target's and the draft head's matrices (their tensor-core path), except on the driver's CPU emulator unless it
 // runs that path (LITHOS_CUDA_EMULATE_MMA=1), or with LITHOS_CUDA_FRAGMENT=0 (A/B runs).
 func (r *runtimeDevice) FragmentLayout() bool {
 	return (emu == nil || emu.tensorCore()) && os.Getenv("LITHOS_CUDA_FRAGMENT") != "0"

@@ -670,10 +670,34 @@ func TestDraftMatrices(t *testing.T) {
 					for i, v := range ref {
 						wf[i] = float32(v)
 					}
-					check(t, fmt.Sprintf("%s (%s [%d, %d], layout %d) × %d rows", m.Name, m.Geometry.Format, n, k, m.Layout, rows), got, wf, func(i int) float64 { return tol[i] })
+					what := fmt.Sprintf("%s (%s [%d, %d], layout %d) × %d rows", m.Name, m.Geometry.Format, n, k, m.Layout, rows)
+					check(t, what, got, wf, func(i int) float64 { return tol[i] })
+					// The drafter's programs also add into wider rows (o_proj, down_proj and the
+					// Markov head's EpiAdd; project's stacks side by side): the same product
+					// added onto y0 in rows of n + 3, the 3 columns past n left as they were.
+					ld := n + 3
+					y0 := e.randn(rows*ld, 1)
+					yb := e.f32(y0)
+					e.blmLd(m, rows, kernels.EpiAdd, e.f32(x), yb, ld)
+					gotA := e.read(yb, rows*ld)
+					wantA, tolA := make([]float32, rows*ld), make([]float64, rows*ld)
+					for r := 0; r < rows; r++ {
+						for j := 0; j < ld; j++ {
+							i := r*ld + j
+							wantA[i] = y0[i]
+							if j < n {
+								wantA[i] = float32(float64(y0[i]) + ref[r*n+j])
+								tolA[i] = tol[r*n+j] + 0x1p-23*math.Abs(float64(y0[i])+ref[r*n+j])
+							}
+						}
+					}
+					check(t, what+", added with ld "+fmt.Sprint(ld), gotA, wantA, func(i int) float64 { return tolA[i] })
 				}
 			}
 			t.Logf("%d draft matrices, by layout (0 BLM, 1 fragment-major, 2 MMA): %v", len(d.Matrices()), layouts)
+			if kind != "pair-bf16" && st.gpu.MMA.SMs > 0 && layouts[kernels.BLMLayoutMMA] == 0 {
+				t.Errorf("no draft matrix of the NVFP4 head in the MMA layout on a device that reads it")
+			}
 		})
 	}
 }

@@ -169,6 +169,12 @@ func TestTargetRefusesTooLarge(t *testing.T) {
 // and record of its layout (a BLM kernel, or the MMA-layout one split for tg.MMA).
 func (e *opEnv) blm(m *gpu.Matrix, rows int, epi uint32, x, y *Buffer) {
 	e.t.Helper()
+	e.blmLd(m, rows, epi, x, y, 0)
+}
+
+// blmLd is blm with y's rows ldy floats apart (0: the record's default).
+func (e *opEnv) blmLd(m *gpu.Matrix, rows int, epi uint32, x, y *Buffer, ldy int) {
+	e.t.Helper()
 	name, err := m.Kernel(rows)
 	if err != nil {
 		e.t.Fatal(err)
@@ -178,12 +184,18 @@ func (e *opEnv) blm(m *gpu.Matrix, rows int, epi uint32, x, y *Buffer) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		if ldy > 0 {
+			rec.LdY = uint32(ldy)
+		}
 		e.run(name, rec, rec.Grid(), &Buffer{Ptr: m.Ptr}, &Buffer{Ptr: m.Scales}, x, y, &Buffer{Ptr: m.Scales})
 		return
 	}
 	rec, err := kernels.NewBLMParams(m.Geometry, rows, epi)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if ldy > 0 {
+		rec.LdY = uint32(ldy)
 	}
 	rec.Layout = m.Layout
 	prm := e.bytes(kernels.Record(rec))

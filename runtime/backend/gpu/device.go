@@ -93,7 +93,7 @@ type Queue interface {
 // FragmentLayouter is a Device whose BLM kernels read the fragment-major copy of the weights
 // (kernels.BLMFragmentMajor: the tensor-core path, CUDA). Optional: when FragmentLayout is
 // true, LoadTarget rewrites each target matrix that has such a copy in place after the upload
-// and its records and kernels name that layout (Matrix.Layout); the BLM layout otherwise.
+// (and LoadDraft each of the draft head's) and its records and kernels name that layout (Matrix.Layout); the BLM layout otherwise.
 // docs/performance.md §3.3i has the measurements (7–8 % faster 8-row products, 10–21 % 1-row).
 type FragmentLayouter interface {
 	FragmentLayout() bool
@@ -103,7 +103,7 @@ type FragmentLayouter interface {
 // lithos_blmx_*: CUDA on a GPU that gives a block 224 KiB of shared memory, with thread-block
 // clusters on sm_90). Optional: when MMALayout reports true,
 // LoadTarget rewrites each target NVFP4 and FP8 matrix whose copy fits its packed bytes into
-// that layout after the upload (Matrix.Layout BLMLayoutMMA) and the programs multiply it with
+// that layout after the upload (and LoadDraft each of the draft head's) (Matrix.Layout BLMLayoutMMA) and the programs multiply it with
 // kernels.BLMXParams records split for dev (its multiprocessors and clusters); the other
 // matrices keep the BLM or fragment-major layout. docs/performance.md §3.3j.
 type MMALayouter interface {

@@ -31,8 +31,8 @@ type draftLayer struct {
 }
 
 // DSpark is a bundle's DSpark draft head on the GPU (backend.Drafter), bound to its Target: the
-// head's matrices are read in place from the uploaded weights (the BLM layout as packed), its
-// norms decoded to float32 in a device buffer of its own, the Markov W1 table gathered from the
+// head's matrices are read in place from the uploaded weights (rewritten there into the layouts
+// the device reads, as the target's: LoadDraft, repacker.one), its norms decoded to float32 in a device buffer of its own, the Markov W1 table gathered from the
 // weights, the target's embedding and LM head shared. It drafts only inside a GPU session's
 // round (the device program of docs/speculative.md §1): pass it in SessionOptions.Drafter of a
 // session of the same Target. It has no host Proposer.

@@ -374,11 +374,14 @@ func (t *Target) repack(ctx context.Context, w []byte, mma, frag bool) error {
 }
 
 // repacker rewrites matrices of t.Weights in place through one pinned staging buffer
-// (fragmentStage bytes, allocated at the first rewrite) and one queue; close frees both.
+// (fragmentStage bytes, allocated at the first rewrite) and one queue; close frees both. After a
+// copy's wait ended with ErrDeviceBusy (the copy may still read the staging buffer) it refuses
+// further rewrites with that error.
 type repacker struct {
 	t    *Target
 	q    Queue
 	host *HostBuffer
+	busy error
 }
 
 // one rewrites mx, whose packed bytes src (the bundle's) sit at byte offset off of t.Weights:
@@ -388,10 +391,13 @@ type repacker struct {
 // stripes of whole groups, FP8, BF16, and no larger than the packed bytes) into that one
 // (BLMLayoutFragment); the others keep the BLM layout. Each chunk of the copy is awaited; a
 // wait that ends with ErrDeviceBusy marks the target busy (Close keeps its memory) and keeps the
-// staging buffer. Errors name the tensor.
+// staging buffer. Errors name the tensor (a cancelled ctx's error wrapped).
 func (rp *repacker) one(ctx context.Context, mx *Matrix, off int64, src []byte) error {
 	t := rp.t
 	name := mx.Name
+	if rp.busy != nil {
+		return fmt.Errorf("tensor %s: %w", name, rp.busy)
+	}
 	var fm []byte
 	layout, kind := uint32(kernels.BLMLayoutMMA), "MMA-layout"
 	if t.mmaOn && kernels.BLMXCopyBytes(mx.Geometry) > 0 && kernels.BLMXCopyBytes(mx.Geometry) <= mx.Geometry.TotalBytes && mmaSplits(mx.Geometry, t.MMA) {
@@ -411,17 +417,22 @@ func (rp *repacker) one(ctx context.Context, mx *Matrix, off int64, src []byte) 
 		return nil
 	}
 	if rp.q == nil {
-		var err error
-		if rp.q, err = t.Device.NewQueue(); err != nil {
-			return fmt.Errorf("weight copies: %w", err)
+		q, err := t.Device.NewQueue()
+		if err != nil {
+			return fmt.Errorf("tensor %s: weight copies: %w", name, err)
 		}
-		if rp.host, err = t.Device.HostAlloc(fragmentStage, false); err != nil {
-			return fmt.Errorf("weight copies: staging: %w", err)
+		rp.q = q
+	}
+	if rp.host == nil {
+		host, err := t.Device.HostAlloc(fragmentStage, false)
+		if err != nil {
+			return fmt.Errorf("tensor %s: weight copies: staging: %w", name, err)
 		}
+		rp.host = host
 	}
 	for c := 0; c < len(fm); c += fragmentStage {
 		if err := ctx.Err(); err != nil {
-			return err
+			return fmt.Errorf("tensor %s: %s copy: %w", name, kind, err)
 		}
 		n := copy(rp.host.Bytes, fm[c:])
 		if err := rp.q.CopyHtoD(t.Weights, off+int64(c), rp.host, 0, int64(n)); err != nil {
@@ -430,6 +441,7 @@ func (rp *repacker) one(ctx context.Context, mx *Matrix, off int64, src []byte) 
 		if err := rp.q.Wait(0); err != nil {
 			if errors.Is(err, ErrDeviceBusy) {
 				rp.host = nil // the copy may still read it
+				rp.busy = err
 				t.markBusy(err)
 			}
 			return fmt.Errorf("tensor %s: %s copy: %w", name, kind, err)
