@@ -666,12 +666,8 @@ func TestDraftMatrices(t *testing.T) {
 					e.blm(m, rows, kernels.EpiStore, e.f32(x), y)
 					got := e.read(y, rows*n)
 					ref, tol := packedRef(t, p, seq(n), x, rows)
-					wf := make([]float32, len(ref))
-					for i, v := range ref {
-						wf[i] = float32(v)
-					}
 					what := fmt.Sprintf("%s (%s [%d, %d], layout %d) × %d rows", m.Name, m.Geometry.Format, n, k, m.Layout, rows)
-					check(t, what, got, wf, func(i int) float64 { return tol[i] })
+					check(t, what, got, f32s(ref), func(i int) float64 { return tol[i] })
 					// The drafter's programs also add into wider rows (o_proj, down_proj and the
 					// Markov head's EpiAdd; project's stacks side by side): the same product
 					// added onto y0 in rows of n + 3, the 3 columns past n left as they were.

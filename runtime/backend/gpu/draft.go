@@ -154,11 +154,9 @@ func (t *Target) loadDSpark(ctx context.Context, cfg draft.Config) (*DSpark, err
 	d := &DSpark{t: t, Cfg: cfg}
 	rp := &repacker{t: t}
 	defer rp.close()
-	// relayout rewrites a matrix at weights.bin offset off as the target's are (repacker.one).
+	// relayout rewrites a matrix at weights.bin offset off as the target's are (repacker.one:
+	// nothing on a device that reads neither layout).
 	relayout := func(mx *Matrix, off int64) error {
-		if !t.mmaOn && !t.fragOn {
-			return nil
-		}
 		return rp.one(ctx, mx, off, b.Weights()[off:off+mx.Geometry.TotalBytes])
 	}
 	// Draft matrices by checkpoint name (segments of the draft's BLM tensors).
