@@ -24,15 +24,17 @@ const BLMLayoutMMA = 2
 const BLMXThreads = 512
 
 // BLMXShared is the dynamic threadgroup memory of an MMA-layout launch in bytes (224 KiB: the
-// activations of a K part and the simdgroups' partial-sum slots; the H100/H200 allow 227 KiB
+// activations of a K part, the simdgroups' partial-sum slots and, with Push, the receive area
+// of the blocks the threadgroup finishes; the H100/H200 allow 227 KiB
 // per threadgroup, BLMXStatic of which the kernel's static arrays take). With it a
 // multiprocessor holds one threadgroup.
 const BLMXShared = 224 << 10
 
 // BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes: the simdgroups' token
-// maxima and Σx² partials (16·8 words each) and the part's 8 Σx² (Norm). A device needs
-// BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels.
-const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4
+// maxima and Σx² partials (16·8 words each), the part's 8 Σx² (Norm) and, with Push, every
+// rank's 8 (BLMMaxClusters·8 words). A device needs BLMXShared + BLMXStatic bytes per
+// threadgroup for the MMA-layout kernels (1,312: ptxas 11.8 -v reports the same).
+const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4 + BLMMaxClusters*8*4
 
 // blmxChunk returns, for a format with an MMA-layout kernel, the MMA k-steps (16 columns) per
 // chunk (one 16-byte load per lane) and the chunk's bytes (NVFP4: 512 of codes and 64 of
@@ -208,6 +210,8 @@ type BLMXDevice struct {
 	SMs        int
 	MaxCluster int
 	Active     [BLMMaxClusters + 1]int
+	// NoPush makes NewBLMXParams's splits Push 0 (A/B runs: LITHOS_CUDA_PUSH=0 on CUDA).
+	NoPush bool
 }
 
 // Groups returns how many clusters of c threadgroups d runs at once: Active[c], or SMs/c when
@@ -254,6 +258,15 @@ type BLMXParams struct {
 	// threadgroups' Σx² of their K parts added in rank order; 0 (nw unread) the plain product.
 	Norm uint32
 	Eps  float32
+	// Push 1 (with Cl > 1; TrySplit sets it where the receive area fits BLMXShared): each rank
+	// adds its simdgroups' partial sums of every block of the cluster and stores the sum into
+	// the threadgroup memory of the rank that finishes the block (distributed shared memory),
+	// which after one cluster barrier adds the ranks' sums in rank order from its own memory —
+	// one cluster barrier after the products instead of two, and no remote loads
+	// (docs/performance.md §3.3o). 0: the finishing ranks read every rank's slots after a
+	// cluster barrier, and a second keeps the slots alive until they have. The sums of an
+	// output differ between the two in rounding only; each is fixed by the shape and the split.
+	Push uint32
 }
 
 // Grid is Groups·Cl threadgroups along x (cluster g is threadgroups g·Cl … g·Cl + Cl − 1) and
@@ -281,6 +294,7 @@ type blmxGeom struct {
 	ks, cb      int64 // k-steps and bytes per chunk
 	slots       int64 // slots per simdgroup the split needs
 	shared      int64 // threadgroup memory: activations + slots
+	recv        int64 // Push's receive area: Cl entries of 512 bytes per block a rank finishes
 	itemsPerSG  int64 // the most items one simdgroup streams
 	blocksPerCl int64 // the most blocks of one cluster
 }
@@ -318,6 +332,9 @@ func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool)
 		g.slots = max(g.slots, min((l+pc-BLMXGroup)/pc+1, g.blocksPerCl))
 	}
 	g.shared = int64(part)*ks*512 + (BLMXThreads/32)*g.slots*512
+	// A rank finishes at most ⌈blocksPerCl/Cl⌉ blocks, each with an entry from every rank.
+	c := int64(max(cl, 1))
+	g.recv = (g.blocksPerCl + c - 1) / c * c * 512
 	return g, true
 }
 
@@ -326,7 +343,8 @@ func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool)
 // contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word, and the work split
 // for device d: clusters of 2 threadgroups, else of 4, else of 8 (the first whose K parts fit
 // BLMXShared and that d runs at once), else — on a device without clusters, or when none fits —
-// 1, as many clusters as d runs. Measured on the H200 at the 27B's shapes (BenchmarkBLMXShapes,
+// 1, as many clusters as d runs; Push where its receive area fits (TrySplit), unless d.NoPush.
+// Measured on the H200 at the 27B's shapes (BenchmarkBLMXShapes,
 // docs/performance.md §3.3j: clusters of 2 were the fastest or within 4 % of it on every shape
 // where they fit; down, whose activations need K in at least 4 parts, took 4). The split
 // depends on the shape and the device only, never on the row count (a decode step and a verify
@@ -378,6 +396,9 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 	if !found {
 		return BLMXParams{}, fmt.Errorf("kernels: MMA-layout matrix [%d, %d]: no work split fits %d bytes of threadgroup memory with clusters of at most %d", g.N, g.K, BLMXShared, max(d.MaxCluster, 1))
 	}
+	if d.NoPush {
+		p.Push = 0
+	}
 	return p, nil
 }
 
@@ -401,6 +422,10 @@ func (p *BLMXParams) TrySplit(c, groups int) bool {
 		return false
 	}
 	p.Cl, p.Groups, p.PartChunks, p.Slots = uint32(c), uint32(groups), part, uint32(sh.slots)
+	p.Push = 0
+	if c > 1 && sh.shared+sh.recv <= BLMXShared {
+		p.Push = 1
+	}
 	return true
 }
 
@@ -410,7 +435,8 @@ func (p *BLMXParams) TrySplit(c, groups int) bool {
 // every rank's part non-empty (PartChunks·Cl ≥ Chunks > PartChunks·(Cl − 1)); Groups 1 …
 // Blocks; Slots at least what the split needs; the threadgroup memory within BLMXShared; the
 // matrix, x and y within 32-bit offsets; the epilogue; Norm 0 or 1, Eps in (0, 1) with Norm
-// and 0 without; the grid within CUDA's limits.
+// and 0 without; Push 0 or 1, 1 only with Cl > 1 and its receive area within BLMXShared; the
+// grid within CUDA's limits.
 func (p BLMXParams) Validate() error {
 	c := vcheck{rec: "BLMXParams"}
 	c.done(p.DoneWord)
@@ -448,8 +474,17 @@ func (p BLMXParams) Validate() error {
 	if uint64(p.Slots) < uint64(sh.slots) {
 		c.failf("Slots", "is %d, want at least %d (the blocks one simdgroup's items touch)", p.Slots, sh.slots)
 	}
-	if sm := int64(p.PartChunks)*sh.ks*512 + (BLMXThreads/32)*int64(p.Slots)*512; sm > BLMXShared {
+	sm := int64(p.PartChunks)*sh.ks*512 + (BLMXThreads/32)*int64(p.Slots)*512
+	if sm > BLMXShared {
 		c.failf("Slots", "with PartChunks %d gives %d bytes of threadgroup memory, more than BLMXShared = %d", p.PartChunks, sm, BLMXShared)
+	}
+	switch {
+	case p.Push > 1:
+		c.failf("Push", "is %d, want 0 or 1", p.Push)
+	case p.Push == 1 && p.Cl < 2:
+		c.failf("Push", "is 1 with Cl %d, want 0 without a cluster", p.Cl)
+	case p.Push == 1 && sm+sh.recv > BLMXShared:
+		c.failf("Push", "needs %d bytes of threadgroup memory with its receive area of %d, more than BLMXShared = %d", sm+sh.recv, sh.recv, BLMXShared)
 	}
 	c.total("PartChunks", uint64(sh.blocksPerCl)*uint64(p.PartChunks)*(BLMXThreads/32), "the items of a cluster·16")
 	c.matrixIO(p.N, p.K, p.Rows, p.LdX, p.LdY, p.Epilogue)

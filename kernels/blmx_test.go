@@ -142,7 +142,8 @@ func TestBLMXCopyRefusals(t *testing.T) {
 
 // TestBLMXSplit27B: the split NewBLMXParams chooses for the 27B's matrices on an H200 (132
 // multiprocessors, clusters of 8) fits, covers every chunk, is the same for 1, 8 and 16 rows,
-// and is the measured one (docs/performance.md §3.3j): clusters of 2, for down 4.
+// and is the measured one (docs/performance.md §3.3j): clusters of 2, for down 4; every shape but
+// the LM head, whose slots leave no room for a receive area, pushes its partial sums (Push).
 func TestBLMXSplit27B(t *testing.T) {
 	h200 := BLMXDevice{SMs: 132, MaxCluster: 8}
 	for _, c := range []struct {
@@ -151,13 +152,14 @@ func TestBLMXSplit27B(t *testing.T) {
 		n, k int64
 		epi  uint32
 		cl   uint32
+		push uint32
 	}{
-		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU, 2},
-		{"down", formats.NVFP4, 5120, 17408, EpiStore, 4},
-		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore, 2},
-		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore, 2},
-		{"attention qkv", formats.FP8, 14336, 5120, EpiStore, 2},
-		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd, 2},
+		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU, 2, 1},
+		{"down", formats.NVFP4, 5120, 17408, EpiStore, 4, 1},
+		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore, 2, 0},
+		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore, 2, 1},
+		{"attention qkv", formats.FP8, 14336, 5120, EpiStore, 2, 1},
+		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd, 2, 1},
 	} {
 		g, err := blm.NewGeometry(blm.Spec{Format: c.f, N: c.n, K: c.k})
 		if err != nil {
@@ -175,17 +177,17 @@ func TestBLMXSplit27B(t *testing.T) {
 			if err := p.Validate(); err != nil {
 				t.Fatalf("%s, %d rows: %v", c.name, rows, err)
 			}
-			if p.Cl != c.cl {
-				t.Fatalf("%s: clusters of %d, want %d", c.name, p.Cl, c.cl)
+			if p.Cl != c.cl || p.Push != c.push {
+				t.Fatalf("%s: clusters of %d, Push %d, want %d, %d", c.name, p.Cl, p.Push, c.cl, c.push)
 			}
 			if rows == 1 {
 				first = p
 				sh, _ := blmxShape(p.Format, p.Blocks, p.Chunks, p.PartChunks, p.Cl, p.Groups)
-				t.Logf("%-18s clusters of %d × %3d (%3d multiprocessors), K part %3d chunks, %3d items per simdgroup, %2d slots, %6d bytes of threadgroup memory",
-					c.name, p.Cl, p.Groups, p.Cl*p.Groups, p.PartChunks, sh.itemsPerSG, p.Slots, sh.shared)
+				t.Logf("%-18s clusters of %d × %3d (%3d multiprocessors), K part %3d chunks, %3d items per simdgroup, %2d slots, %6d bytes of threadgroup memory, Push %d (receive area %d bytes)",
+					c.name, p.Cl, p.Groups, p.Cl*p.Groups, p.PartChunks, sh.itemsPerSG, p.Slots, sh.shared, p.Push, sh.recv)
 				continue
 			}
-			if p.Cl != first.Cl || p.Groups != first.Groups || p.PartChunks != first.PartChunks || p.Slots != first.Slots {
+			if p.Cl != first.Cl || p.Groups != first.Groups || p.PartChunks != first.PartChunks || p.Slots != first.Slots || p.Push != first.Push {
 				t.Fatalf("%s: %d rows split %+v, 1 row %+v", c.name, rows, p, first)
 			}
 		}
@@ -205,6 +207,9 @@ func TestBLMXParamsValidate(t *testing.T) {
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	if ok.Cl < 2 || ok.Push != 1 {
+		t.Fatalf("the base record: clusters of %d, Push %d, want a cluster that pushes", ok.Cl, ok.Push)
 	}
 	mut := func(f func(p *BLMXParams)) BLMXParams { p := ok; f(&p); return p }
 	for _, c := range []struct {
@@ -230,6 +235,9 @@ func TestBLMXParamsValidate(t *testing.T) {
 		{"norm without eps", mut(func(p *BLMXParams) { p.Norm = 1 }), "BLMXParams.Eps: is 0"},
 		{"norm eps NaN", mut(func(p *BLMXParams) { p.Norm, p.Eps = 1, float32(math.NaN()) }), "BLMXParams.Eps: is NaN"},
 		{"eps without norm", mut(func(p *BLMXParams) { p.Eps = 1e-6 }), "BLMXParams.Eps: is 1e-06 without Norm"},
+		{"push 2", mut(func(p *BLMXParams) { p.Push = 2 }), "BLMXParams.Push: is 2"},
+		{"push without a cluster", mut(func(p *BLMXParams) { p.Cl, p.PartChunks, p.Push = 1, p.Chunks, 1 }), "BLMXParams.Push: is 1 with Cl 1"},
+		{"push without room", mut(func(p *BLMXParams) { p.Slots = (BLMXShared - p.PartChunks*64*32) / (16 * 512) }), "BLMXParams.Push: needs"},
 	} {
 		if err := c.p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)

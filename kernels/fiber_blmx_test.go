@@ -128,23 +128,41 @@ func TestFiberBLMX(t *testing.T) {
 				if err := m.Mul(want, x, rows); err != nil {
 					t.Fatal(err)
 				}
-				got := blmxRun(t, p, c, x, rows, n, nil)
-				checkBLMX(t, "store", got, want, blmxBound(c, x, rows))
+				for _, pp := range pushVariants(t, p) {
+					got := blmxRun(t, pp, c, x, rows, n, nil)
+					checkBLMX(t, fmt.Sprintf("store, Push %d", pp.Push), got, want, blmxBound(c, x, rows))
+				}
 			})
 		}
 	}
 }
 
+// pushVariants returns p (split by TrySplit) and, for a cluster that pushes its partial sums
+// (Push 1), p with Push 0: the kernel's two ways of adding the ranks' sums.
+func pushVariants(t *testing.T, p BLMXParams) []BLMXParams {
+	t.Helper()
+	if p.Cl < 2 {
+		return []BLMXParams{p}
+	}
+	if p.Push != 1 {
+		t.Fatalf("clusters of %d without Push: the tests' shapes leave room for the receive area", p.Cl)
+	}
+	q := p
+	q.Push = 0
+	return []BLMXParams{p, q}
+}
+
 // TestFiberBLMXRowsInvariant: a token's outputs do not depend on the launch's other rows, its
-// row count or its tile (bit for bit), for every cluster size: a verify pass of 8 rows and a
-// decode step of 1 give the same logits.
+// row count or its tile (bit for bit), for every cluster size and both ways of adding the
+// ranks' sums (Push): a verify pass of 8 rows and a decode step of 1 give the same logits.
 func TestFiberBLMXRowsInvariant(t *testing.T) {
 	r := rand.New(rand.NewPCG(43, 44))
 	for _, f := range []formats.Format{formats.NVFP4, formats.FP8} {
 		c := newBLMCase(t, r, f, 48, 512, 0, false)
 		k, n := int(c.g.K), int(c.g.N)
 		x := randVec(r, 16*k, 2)
-		for _, cl := range []int{1, 2} {
+		for _, cp := range [][2]int{{1, 0}, {2, 1}, {2, 0}} {
+			cl, push := cp[0], uint32(cp[1])
 			var ref [][]float32 // ref[t]: token t alone in a 1-row launch
 			for _, rows := range []int{1, 3, 8, 16} {
 				p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 4, MaxCluster: 1})
@@ -154,6 +172,7 @@ func TestFiberBLMXRowsInvariant(t *testing.T) {
 				if !p.TrySplit(cl, 2) {
 					t.Fatalf("no split with clusters of %d", cl)
 				}
+				p.Push = push
 				if rows == 1 {
 					for tt := 0; tt < 16; tt++ {
 						ref = append(ref, blmxRun(t, p, c, x[tt*k:(tt+1)*k], 1, n, nil))
@@ -164,7 +183,7 @@ func TestFiberBLMXRowsInvariant(t *testing.T) {
 				for tt := 0; tt < rows; tt++ {
 					for i := 0; i < n; i++ {
 						if math.Float32bits(got[tt*n+i]) != math.Float32bits(ref[tt][i]) {
-							t.Fatalf("%s, clusters of %d, %d rows: y[%d, %d] = %g, the 1-row launch of token %d gave %g", f, cl, rows, tt, i, got[tt*n+i], tt, ref[tt][i])
+							t.Fatalf("%s, clusters of %d, Push %d, %d rows: y[%d, %d] = %g, the 1-row launch of token %d gave %g", f, cl, push, rows, tt, i, got[tt*n+i], tt, ref[tt][i])
 						}
 					}
 				}
@@ -196,13 +215,15 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if !p.TrySplit(cl, 1) {
 				t.Fatalf("no split with clusters of %d", cl)
 			}
-			got := blmxRun(t, p, c, x, rows, n, slices.Clone(res))
 			want := make([]float32, len(res))
 			for i := range want {
 				want[i] = res[i] + full[i]
 				bound[i] += 2e-7 * math.Abs(float64(want[i]))
 			}
-			checkBLMX(t, "add", got, want, bound)
+			for _, pp := range pushVariants(t, p) {
+				got := blmxRun(t, pp, c, x, rows, n, slices.Clone(res))
+				checkBLMX(t, fmt.Sprintf("add, Push %d", pp.Push), got, want, bound)
+			}
 			half := n / 2
 			ps, err := NewBLMXParams(c.g, rows, EpiSwiGLU, BLMXDevice{SMs: 2, MaxCluster: 1})
 			if err != nil {
@@ -211,7 +232,9 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 			if !ps.TrySplit(cl, 1) {
 				t.Fatalf("no split with clusters of %d", cl)
 			}
-			checkSwiGLU(t, blmxRun(t, ps, c, x, rows, half, nil), full, bound, rows, n)
+			for _, pp := range pushVariants(t, ps) {
+				checkSwiGLU(t, blmxRun(t, pp, c, x, rows, half, nil), full, bound, rows, n)
+			}
 		})
 	}
 }
@@ -352,8 +375,9 @@ func zeroColumn(t *testing.T, c blmCase, col int64) []byte {
 
 // TestFiberBLMXNorm: Norm 1 (the product of RMSNorm(x), the norm folded into the staging and
 // the outputs' factor) against the CPU backend's RMSNorm then product, one and two tiles, with
-// clusters (the ranks' Σx² added through distributed shared memory), K not a multiple of a
-// chunk; each token's outputs bit for bit those of its 1-row launch.
+// clusters (the ranks' Σx² added through distributed shared memory, read from each rank or, with
+// Push, pushed to each), K not a multiple of a chunk; each token's outputs bit for bit those of
+// its 1-row launch.
 func TestFiberBLMXNorm(t *testing.T) {
 	r := rand.New(rand.NewPCG(47, 48))
 	const eps = 1e-6
@@ -384,7 +408,7 @@ func TestFiberBLMXNorm(t *testing.T) {
 				for i := range bound {
 					bound[i] += bound[i] / (2 * gam) * (gam/2 + 0x1p-22)
 				}
-				rec := func(rows int) BLMXParams {
+				rec := func(rows int, push uint32) BLMXParams {
 					p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 2, MaxCluster: 1})
 					if err != nil {
 						t.Fatal(err)
@@ -392,19 +416,25 @@ func TestFiberBLMXNorm(t *testing.T) {
 					if !p.TrySplit(cl, 1) {
 						t.Fatalf("no split with clusters of %d", cl)
 					}
-					p.Norm, p.Eps = 1, eps
+					p.Norm, p.Eps, p.Push = 1, eps, push
 					return p
 				}
-				got := blmxRunNorm(t, rec(rows), c, x, rows, n, nil, nw)
-				checkBLMX(t, "norm", got, want, bound)
-				if rows == 1 {
-					return
+				pushes := []uint32{0}
+				if cl > 1 {
+					pushes = []uint32{1, 0}
 				}
-				for tt := range rows {
-					one := blmxRunNorm(t, rec(1), c, x[tt*k:(tt+1)*k], 1, n, nil, nw)
-					for i := range n {
-						if math.Float32bits(one[i]) != math.Float32bits(got[tt*n+i]) {
-							t.Fatalf("token %d: y[%d] = %g in %d rows, %g alone", tt, i, got[tt*n+i], rows, one[i])
+				for _, push := range pushes {
+					got := blmxRunNorm(t, rec(rows, push), c, x, rows, n, nil, nw)
+					checkBLMX(t, fmt.Sprintf("norm, Push %d", push), got, want, bound)
+					if rows == 1 {
+						continue
+					}
+					for tt := range rows {
+						one := blmxRunNorm(t, rec(1, push), c, x[tt*k:(tt+1)*k], 1, n, nil, nw)
+						for i := range n {
+							if math.Float32bits(one[i]) != math.Float32bits(got[tt*n+i]) {
+								t.Fatalf("Push %d, token %d: y[%d] = %g in %d rows, %g alone", push, tt, i, got[tt*n+i], rows, one[i])
+							}
 						}
 					}
 				}

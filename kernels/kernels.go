@@ -410,8 +410,9 @@ func buildRegistry() []Kernel {
 		name, _ := BLMXKernel(f)
 		fc, _ := blmFormatCode(f)
 		ks = append(ks, Kernel{Name: name, Op: "blmx", Threads: BLMXThreads, Params: BLMXParams{}, MMAOnly: true,
-			Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "BLMX_SHARED": fmt.Sprintf("%du", BLMXShared)},
-			Shared:  BLMXShared, CtlRW: true,
+			Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "BLMX_SHARED": fmt.Sprintf("%du", BLMXShared),
+				"BLMX_MAX_CL": fmt.Sprintf("%du", BLMMaxClusters)},
+			Shared: BLMXShared, CtlRW: true,
 			Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true), f32("nw", false)}}) // nw may be the scales (unread without Norm)
 	}
 	ks = append(ks, Kernel{Name: "lithos_argmax_partial", Op: "argmax_partial", Threads: 256, Params: ArgmaxParams{},

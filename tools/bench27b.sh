@@ -10,7 +10,8 @@
 # BLM kernels' thread-block clusters on and off (MODES="on off"; LITHOS_CUDA_CLUSTERS=0 is off;
 # the mode blm runs with LITHOS_CUDA_MMA=0: the BLM kernels instead of the MMA-layout ones,
 # docs/performance.md §3.3j; noov with LITHOS_CUDA_OVERLAP=0: no programmatic dependent launch,
-# §3.3k),
+# §3.3k; nopush with LITHOS_CUDA_PUSH=0: the MMA-layout products' clusters read each other's
+# partial sums instead of pushing them, §3.3o),
 # optionally the first-use self-check of --backend auto (SELFCHECK=1), and Nsight Compute's
 # per-kernel durations of a speculative generate (NCU=1; ncu.csv.gz in $OUT, summed per kernel
 # and grid as in §8.2). SNAPSHOT=N adds `--snapshot N` (a prefix checkpoint of N tokens copied out
@@ -37,6 +38,7 @@ for mode in ${MODES:-on off}; do
   if [ "$mode" = off ]; then export LITHOS_CUDA_CLUSTERS=0; else unset LITHOS_CUDA_CLUSTERS; fi
   if [ "$mode" = blm ]; then export LITHOS_CUDA_MMA=0; else unset LITHOS_CUDA_MMA; fi
   if [ "$mode" = noov ]; then export LITHOS_CUDA_OVERLAP=0; else unset LITHOS_CUDA_OVERLAP; fi
+  if [ "$mode" = nopush ]; then export LITHOS_CUDA_PUSH=0; else unset LITHOS_CUDA_PUSH; fi
   ./lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 ${SNAPSHOT:+--snapshot $SNAPSHOT} --json >"$OUT/bench-$mode.json" 2>"$OUT/bench-$mode.err"
   python3 -c "
 import json; d=json.load(open('$OUT/bench-$mode.json')); p=d['plain']; ss=d['speculative']['speculative']
@@ -44,7 +46,7 @@ print('$mode', 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'p
 n=d.get('snapshot')
 if n: print('$mode', 'snapshot %d tokens %.1f MB: out %.1f ms (%.2f GB/s), back %.1f ms (%.2f GB/s), no-sample prefill %.0f ms'%(n['tokens'],n['bytes']/1e6,n['snapshot_seconds']*1e3,n['snapshot_gb_per_s'],n['restore_seconds']*1e3,n['restore_gb_per_s'],n['prefill_seconds']*1e3))"
 done
-unset LITHOS_CUDA_CLUSTERS LITHOS_CUDA_MMA LITHOS_CUDA_OVERLAP
+unset LITHOS_CUDA_CLUSTERS LITHOS_CUDA_MMA LITHOS_CUDA_OVERLAP LITHOS_CUDA_PUSH
 if [ "${SELFCHECK:-0}" = 1 ]; then
   LITHOS_SELFCHECK=force ./lithos-run generate q.lithos --prompt-ids 1,2,3 --max-tokens 4 --json >"$OUT/selfcheck.json" 2>"$OUT/selfcheck.err"
   echo "selfcheck+generate rc=$?"

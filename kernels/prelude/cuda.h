@@ -170,7 +170,12 @@ FN void blm_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memor
 // every thread of the cluster that orders threadgroup memory (release/acquire at cluster scope; a
 // launch without a cluster is a cluster of one), blm_cluster_map the address of the same
 // threadgroup variable in the cluster's threadgroup `rank` (distributed shared memory, read with
-// plain loads), blm_cluster_size the threadgroups of the launch's cluster (%cluster_nctarank).
+// plain loads; blm_cluster_map_rw the same for plain stores), blm_cluster_size the threadgroups
+// of the launch's cluster (%cluster_nctarank). blm_cluster_arrive and blm_cluster_wait are the
+// two halves of a cluster barrier without memory ordering (PTX barrier.cluster.arrive.relaxed,
+// barrier.cluster.wait): a threadgroup that arrives early and waits just before its first store
+// into another rank's threadgroup memory knows that rank has started (the CUDA programming
+// guide's rule for distributed shared memory) without waiting for it anywhere else.
 // Without them (BLM_CLUSTER 0) the kernels take Clusters as 1.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define BLM_CLUSTER 1
@@ -182,6 +187,13 @@ FN const float* blm_cluster_map(const float* p, u32 rank) {
     asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
     return (const float*)r;
 }
+FN float* blm_cluster_map_rw(float* p, u32 rank) {
+    unsigned long long r;
+    asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
+    return (float*)r;
+}
+FN void blm_cluster_arrive() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+FN void blm_cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 FN u32 blm_cluster_size() {
     u32 n;
     asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));

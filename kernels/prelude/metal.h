@@ -180,6 +180,14 @@ static inline void blm_cluster_sync(const char* file = __builtin_FILE(), int lin
 static inline threadgroup const float* blm_cluster_map(threadgroup const float* p, uint rank) {
     return static_cast<threadgroup const float*>(lithos_fiber::cluster_map(p, rank));
 }
+static inline threadgroup float* blm_cluster_map_rw(threadgroup float* p, uint rank) {
+    return static_cast<threadgroup float*>(lithos_fiber::cluster_map(p, rank));
+}
+// The split barrier that only tells a threadgroup the cluster's others have started: nothing
+// here, where a cluster's threadgroups run as one set of fibers from their start. The pushes'
+// order before the reads they feed is the full cluster barrier after them, which is modelled.
+static inline void blm_cluster_arrive() {}
+static inline void blm_cluster_wait() {}
 static inline uint blm_cluster_size() { return lithos_fiber::cluster_size(); }
 #else
 #define BLM_CLUSTER 0

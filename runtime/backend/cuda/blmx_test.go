@@ -29,7 +29,8 @@ func blmxDevice(e *opEnv) kernels.BLMXDevice { return mmaDevice(e.d, e.ks, e.clu
 // multiprocessors), 1, 3, 8 and 16 rows, against the CPU backend — tolerance TestOpBLM's plus
 // 2⁻²¹·|s|·Σ|w·x| for the activations' two f16 pieces — and bit for bit: token t of an 8-row launch
 // is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows;
-// at 8 rows the folded RMSNorm too (Norm 1) against the CPU's RMSNorm then product.
+// at 8 rows the folded RMSNorm too (Norm 1) against the CPU's RMSNorm then product, and in
+// clusters both ways of adding the ranks' sums (Push 1, the split's, and 0).
 func TestBLMX(t *testing.T) {
 	if emulatorEnabled() && !emulateTensorCore() {
 		t.Skip("SKIP: the emulator runs the MMA-layout kernels only in its tensor-core build (LITHOS_CUDA_EMULATE_MMA=1)")
@@ -114,12 +115,26 @@ func TestBLMX(t *testing.T) {
 					check(t, fmt.Sprintf("%d rows", rows), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
 					if rows == 8 {
 						// The same rows through the folded RMSNorm (Norm 1: the ranks' Σx² added
-						// through distributed shared memory) against RMSNorm then the product.
-						rn := rec
-						rn.Norm, rn.Eps = 1, 1e-6
-						byn := e.poisoned(rows * n)
-						e.run(name, rn, rn.Grid(), bw, bs, bx, byn, bnw)
-						check(t, "8 rows of RMSNorm(x)", e.read(byn, rows*n), f32s(wantN), func(i int) float64 { return tolN[i] })
+						// through distributed shared memory) against RMSNorm then the product;
+						// in clusters, both with and without Push.
+						variants := []kernels.BLMXParams{rec}
+						if rec.Push == 1 {
+							np := rec
+							np.Push = 0
+							variants = append(variants, np)
+							byp := e.poisoned(rows * n)
+							e.run(name, np, np.Grid(), bw, bs, bx, byp, bs)
+							check(t, "8 rows, Push 0", e.read(byp, rows*n), f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
+						} else if cl > 1 {
+							t.Fatalf("clusters of %d without Push: the test's shapes leave room for the receive area", cl)
+						}
+						for _, v := range variants {
+							rn := v
+							rn.Norm, rn.Eps = 1, 1e-6
+							byn := e.poisoned(rows * n)
+							e.run(name, rn, rn.Grid(), bw, bs, bx, byn, bnw)
+							check(t, fmt.Sprintf("8 rows of RMSNorm(x), Push %d", v.Push), e.read(byn, rows*n), f32s(wantN), func(i int) float64 { return tolN[i] })
+						}
 					}
 					for tt := 0; tt < rows; tt++ {
 						for i := 0; i < n; i++ {
@@ -154,11 +169,13 @@ func TestBLMX(t *testing.T) {
 // BenchmarkBLMShapes times the BLM kernels (≥ 1 GB of copies of random bytes in one captured
 // graph, median of 7 replays, against the read floor of the same run), at 1, 8 and 16 rows, with
 // NewBLMXParams's split ("d") and every other cluster size that fits, and the BLM kernel the
-// sessions use now (fragment-major copy, cluster split: "blm") beside it in the same run. Reports
+// sessions use now (fragment-major copy, cluster split: "blm") beside it in the same run, and
+// NewBLMXParams's split without pushing its partial sums ("d-nopush", BLMXParams.Push). Reports
 // GB/s and × floor per shape, rows and split; the lines also give µs per matrix.
 // LITHOS_CUDA_BENCH_SHAPES (a regexp on the names below) and LITHOS_CUDA_BENCH_ROWS (e.g.
-// "8" or "1,8") narrow it, and LITHOS_CUDA_BENCH_DEFAULT=1 times NewBLMXParams's split only
-// (no other cluster size, no BLM kernel): one shape's launches alone, for Nsight Compute.
+// "8" or "1,8") narrow it, and LITHOS_CUDA_BENCH_DEFAULT=1 times NewBLMXParams's split only,
+// and it without Push (no other cluster size, no BLM kernel): the first launches are that
+// split's alone, for Nsight Compute.
 func BenchmarkBLMXShapes(b *testing.B) {
 	d, ks, floor := benchDevice(b)
 	if d.Info.SharedOptin < kernels.BLMXShared+kernels.BLMXStatic {
@@ -206,8 +223,16 @@ func BenchmarkBLMXShapes(b *testing.B) {
 				b.Fatal(err)
 			}
 			name, _ := kernels.BLMXKernel(g.Format)
-			for _, cl := range []int{0, 1, 2, 4, 8} {
+			// cl 0: NewBLMXParams's split; −1: the same with Push 0 (where it pushes); else
+			// clusters of cl.
+			for _, cl := range []int{0, -1, 1, 2, 4, 8} {
 				p, mark := p0, "d"
+				if cl < 0 {
+					if p0.Push == 0 {
+						continue
+					}
+					p.Push, mark = 0, "d-nopush"
+				}
 				if cl > 0 {
 					if onlyDefault || cl == int(p0.Cl) || cl > dev.MaxCluster {
 						continue

@@ -44,7 +44,7 @@ func (r *runtimeDevice) String() string { return describe(r.d.Info) }
 
 // describe is runtimeDevice.String of a device with info (UsableDevice gives the same). The
 // A/B switches that change which kernels run (LITHOS_CUDA_FRAGMENT=0, LITHOS_CUDA_CLUSTERS=0,
-// LITHOS_CUDA_MMA=0) are part of it, so that a self-check verdict is not reused across them.
+// LITHOS_CUDA_MMA=0, LITHOS_CUDA_OVERLAP=0, LITHOS_CUDA_PUSH=0) are part of it, so that a self-check verdict is not reused across them.
 func describe(info Info) string {
 	nv := "unknown"
 	if major, minor, err := NVRTCVersion(); err == nil {
@@ -63,8 +63,16 @@ func describe(info Info) string {
 	if !overlapOn() {
 		s += ", overlapped launches off"
 	}
+	if !pushOn() {
+		s += ", pushed partial sums off"
+	}
 	return s
 }
+
+// pushOn reports whether the MMA-layout products' clusters push their partial sums into the
+// finishing rank's threadgroup memory (kernels.BLMXParams.Push, docs/performance.md §3.3o):
+// yes unless LITHOS_CUDA_PUSH=0 (A/B runs).
+func pushOn() bool { return os.Getenv("LITHOS_CUDA_PUSH") != "0" }
 
 // mmaLayoutOn reports whether the target's NVFP4 and FP8 matrices are rewritten into the MMA
 // layout at load and multiplied by lithos_blmx_* (runtimeDevice.MMALayout): yes unless
@@ -119,9 +127,9 @@ func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
 // clusters of up to kernels.BLMMaxClusters with the count of each size that runs at once
 // (ks.MaxActiveClusters of the NVFP4 kernel: both formats' kernels take the same threadgroup
 // memory, which decides it; 0 from the driver is "none fits", a query it cannot answer leaves
-// the size to the multiprocessor count).
+// the size to the multiprocessor count), and NoPush with LITHOS_CUDA_PUSH=0.
 func mmaDevice(d *Device, ks *Kernels, clusters bool) kernels.BLMXDevice {
-	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1}
+	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1, NoPush: !pushOn()}
 	if !clusters {
 		return dev
 	}
