@@ -32,9 +32,9 @@ const BLMXShared = 224 << 10
 
 // BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes: the simdgroups' token
 // maxima and Σx² partials (16·8 words each), the part's 8 Σx² (Norm) and, with Push, every
-// rank's 8 (BLMMaxClusters·8 words). A device needs BLMXShared + BLMXStatic bytes per
-// threadgroup for the MMA-layout kernels (1,312: ptxas 11.8 -v reports the same).
-const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4 + BLMMaxClusters*8*4
+// rank's 8 (BLMMaxClusters·8 words) and the receive barrier (8 bytes). A device needs
+// BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels (1,320).
+const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4 + BLMMaxClusters*8*4 + 8
 
 // blmxChunk returns, for a format with an MMA-layout kernel, the MMA k-steps (16 columns) per
 // chunk (one 16-byte load per lane) and the chunk's bytes (NVFP4: 512 of codes and 64 of

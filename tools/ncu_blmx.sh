@@ -38,4 +38,5 @@ for sh in "${shapes[@]}"; do
     "$ncu" -i "$OUT/$sh.ncu-rep" --page source --csv >"$OUT/$sh.source.csv" 2>>"$OUT/$sh.source.err"
   grep -E "median|Duration|DRAM Throughput|Registers Per|Warp Cycles Per Issued|Issued Warp|Eligible|Achieved Occ" "$OUT/$sh.run.txt" "$OUT/$sh.details.txt" | head -20
 done
-(cd "$OUT" && tar czf ncu.tgz --exclude=ncu.tgz --exclude='*.ncu-rep' .)
+# Written beside $OUT, then moved in: tar reading the folder it writes into fails ("file changed").
+tar czf "$OUT.tgz.tmp" -C "$OUT" --exclude=ncu.tgz --exclude='*.ncu-rep' . && mv "$OUT.tgz.tmp" "$OUT/ncu.tgz"

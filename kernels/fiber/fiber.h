@@ -272,6 +272,21 @@ __attribute__((noinline)) void barrier(const char* file, int line) { wait_at(kBa
 // barrier.cluster arrive + wait, threadgroup memory ordered across the cluster).
 __attribute__((noinline)) void cluster_barrier(const char* file, int line) { wait_at(kCluster, "cluster barrier outside a kernel", file, line); }
 
+// cluster_rx_wait is the prelude's blm_rx_wait: a cluster barrier, after which the running
+// thread's byte count (a u64 in its threadgroup memory: the bytes it expects, less those pushed
+// to it) must be 0.
+void cluster_rx_wait(const void* count, const char* file, int line) {
+    wait_at(kCluster, "cluster barrier outside a kernel", file, line);
+    uint64_t left;
+    std::memcpy(&left, count, sizeof left);
+    if (left != 0) {
+        char b[200];
+        std::snprintf(b, sizeof b, "blm_rx_wait at %s:%d: %lld bytes expected and not pushed (negative: pushed and not expected)", file, line,
+                      (long long)left);
+        fail(b);
+    }
+}
+
 // cluster_size is the threadgroups of the running cluster (1 without clusters).
 unsigned cluster_size() { return rt.cluster; }
 

@@ -192,6 +192,41 @@ FN float* blm_cluster_map_rw(float* p, u32 rank) {
     asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
     return (float*)r;
 }
+// Pushes that the receiving threadgroup waits for on its own mbarrier (PTX st.async with
+// complete_tx, sm_90; no fence and no cluster barrier after them): blm_rx_init, by one thread
+// before the cluster's blm_cluster_arrive, makes bar expect `bytes` (the phase completes when
+// they have all arrived); blm_push4 / blm_push1 store 16 / 4 bytes at the address of the
+// threadgroup variable element p in the cluster's threadgroup `rank`, counted on that rank's
+// bar (p 16- / 4-byte aligned; after the cluster's blm_cluster_wait, which tells the sender that
+// rank has started and initialised bar); blm_rx_wait: the thread waits until its threadgroup
+// has received every byte bar expects, which are then visible to it.
+FN unsigned blm_cluster_addr(const void* p, u32 rank) {
+    unsigned r;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(blm_smem_addr(p)), "r"(rank));
+    return r;
+}
+FN void blm_rx_init(u64* bar, u32 bytes) {
+    const unsigned a = blm_smem_addr(bar);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+}
+FN void blm_push4(float* p, u32 rank, u64* bar, float a, float b, float c, float d) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(blm_cluster_addr(p, rank)),
+                 "r"(AS_UINT(a)), "r"(AS_UINT(b)), "r"(AS_UINT(c)), "r"(AS_UINT(d)), "r"(blm_cluster_addr(bar, rank))
+                 : "memory");
+}
+FN void blm_push1(float* p, u32 rank, u64* bar, float a) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(blm_cluster_addr(p, rank)), "r"(AS_UINT(a)),
+                 "r"(blm_cluster_addr(bar, rank))
+                 : "memory");
+}
+FN void blm_rx_wait(u64* bar) {
+    asm volatile(
+        "{\n\t.reg .pred P;\n\tLITHOS_RX_WAIT:\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P, [%0], 0;\n\t@!P bra "
+        "LITHOS_RX_WAIT;\n\t}" ::"r"(blm_smem_addr(bar))
+        : "memory");
+}
 FN void blm_cluster_arrive() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 FN void blm_cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 FN u32 blm_cluster_size() {

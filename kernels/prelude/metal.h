@@ -183,11 +183,33 @@ static inline threadgroup const float* blm_cluster_map(threadgroup const float* 
 static inline threadgroup float* blm_cluster_map_rw(threadgroup float* p, uint rank) {
     return static_cast<threadgroup float*>(lithos_fiber::cluster_map(p, rank));
 }
-// The split barrier that only tells a threadgroup the cluster's others have started: nothing
-// here, where a cluster's threadgroups run as one set of fibers from their start. The pushes'
-// order before the reads they feed is the full cluster barrier after them, which is modelled.
+// The split cluster barrier: the arrival does nothing and the wait is a whole cluster barrier,
+// which every thread of the cluster reaches where the kernels use it (stricter than CUDA's,
+// where the wait completes once all have arrived, and the same for what it orders).
 static inline void blm_cluster_arrive() {}
-static inline void blm_cluster_wait() {}
+static inline void blm_cluster_wait(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    lithos_fiber::cluster_barrier(file, line);
+}
+// The pushes the receiver waits for (CUDA: st.async counted on the receiver's mbarrier): here
+// bar is a byte count — set by blm_rx_init, lowered by each push into its rank — and
+// blm_rx_wait is a cluster barrier after which the count must be 0 (the fiber runtime reports
+// a receiver that expected more or fewer bytes than were pushed to it).
+static inline void blm_rx_init(threadgroup u64* bar, uint bytes) { *bar = bytes; }
+static inline void blm_push4(threadgroup float* p, uint rank, threadgroup u64* bar, float a, float b, float c, float d) {
+    threadgroup float* q = blm_cluster_map_rw(p, rank);
+    q[0] = a;
+    q[1] = b;
+    q[2] = c;
+    q[3] = d;
+    *static_cast<threadgroup u64*>(lithos_fiber::cluster_map(bar, rank)) -= 16u;
+}
+static inline void blm_push1(threadgroup float* p, uint rank, threadgroup u64* bar, float a) {
+    *blm_cluster_map_rw(p, rank) = a;
+    *static_cast<threadgroup u64*>(lithos_fiber::cluster_map(bar, rank)) -= 4u;
+}
+static inline void blm_rx_wait(threadgroup u64* bar, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    lithos_fiber::cluster_rx_wait(bar, file, line);
+}
 static inline uint blm_cluster_size() { return lithos_fiber::cluster_size(); }
 #else
 #define BLM_CLUSTER 0
