@@ -259,13 +259,14 @@ type BLMXParams struct {
 	Norm uint32
 	Eps  float32
 	// Push 1 (with Cl > 1; TrySplit sets it where the receive area fits BLMXShared): each rank
-	// adds its simdgroups' partial sums of every block of the cluster and stores the sum into
-	// the threadgroup memory of the rank that finishes the block (distributed shared memory),
-	// which after one cluster barrier adds the ranks' sums in rank order from its own memory —
-	// one cluster barrier after the products instead of two, and no remote loads
-	// (docs/performance.md §3.3o). 0: the finishing ranks read every rank's slots after a
-	// cluster barrier, and a second keeps the slots alive until they have. The sums of an
-	// output differ between the two in rounding only; each is fixed by the shape and the split.
+	// adds its simdgroups' partial sums of every block of the cluster and pushes the sum into
+	// the threadgroup memory of the rank that finishes the block (distributed shared memory,
+	// st.async counted on that rank's mbarrier), which waits for its own bytes only and adds
+	// the ranks' sums in rank order from its own memory — no cluster barrier after the
+	// products and no remote loads (docs/performance.md §3.3o). 0: the finishing ranks read
+	// every rank's slots after a cluster barrier, and a second keeps the slots alive until they
+	// have. The sums of an output differ between the two in rounding only; each is fixed by the
+	// shape and the split.
 	Push uint32
 }
 
@@ -402,9 +403,11 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 	return p, nil
 }
 
-// TrySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks);
-// false, p unchanged, when the split leaves a K part without chunks or its threadgroup memory
-// does not fit BLMXShared. For NewBLMXParams, and tests and benchmarks that try other splits.
+// TrySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks),
+// and Push: 1 when c > 1 and the receive area fits BLMXShared too, else 0 (a device's NoPush is
+// NewBLMXParams's to apply: a split redone after it pushes again); false, p unchanged, when
+// the split leaves a K part without chunks or its threadgroup memory does not fit BLMXShared.
+// For NewBLMXParams, and tests and benchmarks that try other splits.
 func (p *BLMXParams) TrySplit(c, groups int) bool {
 	if c < 1 || c > BLMMaxClusters || int64(c) > int64(p.Chunks) {
 		return false

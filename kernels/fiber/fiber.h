@@ -90,6 +90,7 @@ struct Fiber {
     char* stack;
     State state;
     unsigned long episodes;  // barrier episodes this thread has passed in this threadgroup
+    int split;               // the split cluster barrier: 0 none, 1 arrived, 2 arrived and waited
     // what it waits at
     const char* file;
     int line;
@@ -287,6 +288,40 @@ void cluster_rx_wait(const void* count, const char* file, int line) {
     }
 }
 
+// cluster_arrive, cluster_wait and cluster_push are the prelude's blm_cluster_arrive,
+// blm_cluster_wait and its pushes: the arrival marks the running thread (once), the wait — of
+// a thread that arrived — is a cluster barrier, and a push is reported unless its thread has
+// waited (CUDA: it may otherwise write a rank that has not started or initialised its
+// receive barrier).
+void cluster_arrive(const char* file, int line) {
+    if (rt.cur < 0) fail("blm_cluster_arrive outside a kernel");
+    Fiber& f = rt.fibers[rt.cur];
+    if (f.split != 0) {
+        char b[160];
+        std::snprintf(b, sizeof b, "blm_cluster_arrive at %s:%d: the thread has arrived before", file, line);
+        fail(b);
+    }
+    f.split = 1;
+}
+void cluster_wait(const char* file, int line) {
+    if (rt.cur < 0) fail("blm_cluster_wait outside a kernel");
+    if (rt.fibers[rt.cur].split != 1) {
+        char b[160];
+        std::snprintf(b, sizeof b, "blm_cluster_wait at %s:%d: the thread has not arrived (blm_cluster_arrive), or has waited before", file, line);
+        fail(b);
+    }
+    wait_at(kCluster, "cluster barrier outside a kernel", file, line);
+    rt.fibers[rt.cur].split = 2;
+}
+void cluster_push(const char* file, int line) {
+    if (rt.cur < 0) fail("a push outside a kernel");
+    if (rt.fibers[rt.cur].split != 2) {
+        char b[160];
+        std::snprintf(b, sizeof b, "push at %s:%d before the thread's blm_cluster_wait", file, line);
+        fail(b);
+    }
+}
+
 // cluster_size is the threadgroups of the running cluster (1 without clusters).
 unsigned cluster_size() { return rt.cluster; }
 
@@ -448,6 +483,7 @@ static void run_cluster() {
         f.stack = stacks[i];
         f.state = kReady;
         f.started = false;
+        f.split = 0;
         f.rank = i / per;
         f.tid = i % per;
         f.tg = uint3{rt.tg.x + f.rank, rt.tg.y, rt.tg.z};

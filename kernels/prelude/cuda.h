@@ -170,12 +170,14 @@ FN void blm_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memor
 // every thread of the cluster that orders threadgroup memory (release/acquire at cluster scope; a
 // launch without a cluster is a cluster of one), blm_cluster_map the address of the same
 // threadgroup variable in the cluster's threadgroup `rank` (distributed shared memory, read with
-// plain loads; blm_cluster_map_rw the same for plain stores), blm_cluster_size the threadgroups
-// of the launch's cluster (%cluster_nctarank). blm_cluster_arrive and blm_cluster_wait are the
-// two halves of a cluster barrier without memory ordering (PTX barrier.cluster.arrive.relaxed,
-// barrier.cluster.wait): a threadgroup that arrives early and waits just before its first store
+// plain loads), blm_cluster_size the threadgroups of the launch's cluster (%cluster_nctarank).
+// blm_cluster_arrive and blm_cluster_wait are the two halves of a cluster barrier whose arrival
+// orders nothing (PTX barrier.cluster.arrive.relaxed) and whose wait acquires (barrier.cluster.wait,
+// .acquire by default): a threadgroup that arrives early and waits just before its first push
 // into another rank's threadgroup memory knows that rank has started (the CUDA programming
-// guide's rule for distributed shared memory) without waiting for it anywhere else.
+// guide's rule for distributed shared memory) and, through the wait's acquire paired with the
+// rank's fence.mbarrier_init.release.cluster (blm_rx_init), sees its receive barrier
+// initialised, without waiting for it anywhere else.
 // Without them (BLM_CLUSTER 0) the kernels take Clusters as 1.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define BLM_CLUSTER 1
@@ -187,11 +189,6 @@ FN const float* blm_cluster_map(const float* p, u32 rank) {
     asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
     return (const float*)r;
 }
-FN float* blm_cluster_map_rw(float* p, u32 rank) {
-    unsigned long long r;
-    asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(p), "r"(rank));
-    return (float*)r;
-}
 // Pushes that the receiving threadgroup waits for on its own mbarrier (PTX st.async with
 // complete_tx, sm_90; no fence and no cluster barrier after them): blm_rx_init, by one thread
 // before the cluster's blm_cluster_arrive, makes bar expect `bytes` (the phase completes when
@@ -199,7 +196,10 @@ FN float* blm_cluster_map_rw(float* p, u32 rank) {
 // threadgroup variable element p in the cluster's threadgroup `rank`, counted on that rank's
 // bar (p 16- / 4-byte aligned; after the cluster's blm_cluster_wait, which tells the sender that
 // rank has started and initialised bar); blm_rx_wait: the thread waits until its threadgroup
-// has received every byte bar expects, which are then visible to it.
+// has received every byte bar expects, which are then visible to it (phase 0: once per launch).
+// A sender may leave before its pushes land: they carry registers, and only the receiver's
+// memory, which it keeps until its barrier completes, is involved (PTX names no rule against
+// it; not something a test here can show).
 FN unsigned blm_cluster_addr(const void* p, u32 rank) {
     unsigned r;
     asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(blm_smem_addr(p)), "r"(rank));

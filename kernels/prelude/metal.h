@@ -183,19 +183,24 @@ static inline threadgroup const float* blm_cluster_map(threadgroup const float* 
 static inline threadgroup float* blm_cluster_map_rw(threadgroup float* p, uint rank) {
     return static_cast<threadgroup float*>(lithos_fiber::cluster_map(p, rank));
 }
-// The split cluster barrier: the arrival does nothing and the wait is a whole cluster barrier,
-// which every thread of the cluster reaches where the kernels use it (stricter than CUDA's,
-// where the wait completes once all have arrived, and the same for what it orders).
-static inline void blm_cluster_arrive() {}
+// The split cluster barrier: the arrival marks the thread, the wait (of a marked thread only) is
+// a whole cluster barrier, which every thread of the cluster reaches where the kernels use it
+// (stricter than CUDA's, where the wait completes once all have arrived, and the same for what
+// it orders); a push from a thread that has not waited is reported (lithos_fiber::cluster_push).
+static inline void blm_cluster_arrive(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    lithos_fiber::cluster_arrive(file, line);
+}
 static inline void blm_cluster_wait(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-    lithos_fiber::cluster_barrier(file, line);
+    lithos_fiber::cluster_wait(file, line);
 }
 // The pushes the receiver waits for (CUDA: st.async counted on the receiver's mbarrier): here
 // bar is a byte count — set by blm_rx_init, lowered by each push into its rank — and
 // blm_rx_wait is a cluster barrier after which the count must be 0 (the fiber runtime reports
 // a receiver that expected more or fewer bytes than were pushed to it).
 static inline void blm_rx_init(threadgroup u64* bar, uint bytes) { *bar = bytes; }
-static inline void blm_push4(threadgroup float* p, uint rank, threadgroup u64* bar, float a, float b, float c, float d) {
+static inline void blm_push4(threadgroup float* p, uint rank, threadgroup u64* bar, float a, float b, float c, float d,
+                             const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    lithos_fiber::cluster_push(file, line);
     threadgroup float* q = blm_cluster_map_rw(p, rank);
     q[0] = a;
     q[1] = b;
@@ -203,7 +208,9 @@ static inline void blm_push4(threadgroup float* p, uint rank, threadgroup u64* b
     q[3] = d;
     *static_cast<threadgroup u64*>(lithos_fiber::cluster_map(bar, rank)) -= 16u;
 }
-static inline void blm_push1(threadgroup float* p, uint rank, threadgroup u64* bar, float a) {
+static inline void blm_push1(threadgroup float* p, uint rank, threadgroup u64* bar, float a, const char* file = __builtin_FILE(),
+                             int line = __builtin_LINE()) {
+    lithos_fiber::cluster_push(file, line);
     *blm_cluster_map_rw(p, rank) = a;
     *static_cast<threadgroup u64*>(lithos_fiber::cluster_map(bar, rank)) -= 4u;
 }

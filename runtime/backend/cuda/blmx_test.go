@@ -29,8 +29,8 @@ func blmxDevice(e *opEnv) kernels.BLMXDevice { return mmaDevice(e.d, e.ks, e.clu
 // multiprocessors), 1, 3, 8 and 16 rows, against the CPU backend — tolerance TestOpBLM's plus
 // 2⁻²¹·|s|·Σ|w·x| for the activations' two f16 pieces — and bit for bit: token t of an 8-row launch
 // is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows;
-// at 8 rows the folded RMSNorm too (Norm 1) against the CPU's RMSNorm then product, and in
-// clusters both ways of adding the ranks' sums (Push 1, the split's, and 0).
+// at 8 rows the folded RMSNorm too (Norm 1) against the CPU's RMSNorm then product; in clusters
+// all of it both ways of adding the ranks' sums (Push 1, the split's, and 0, the LM head's).
 func TestBLMX(t *testing.T) {
 	if emulatorEnabled() && !emulateTensorCore() {
 		t.Skip("SKIP: the emulator runs the MMA-layout kernels only in its tensor-core build (LITHOS_CUDA_EMULATE_MMA=1)")
@@ -88,74 +88,71 @@ func TestBLMX(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%s_%dx%d/cl%d", m.g.Format, n, k, cl), func(t *testing.T) {
 				e.t = t
-				var r1 [][]float32 // token t alone
-				for _, rows := range []int{1, 3, 8, 16} {
-					rec, err := kernels.NewBLMXParams(m.g, rows, kernels.EpiStore, dev)
-					if err != nil {
-						t.Fatal(err)
-					}
-					groups, _ := dev.Groups(cl)
-					if !rec.TrySplit(cl, max(groups, 1)) {
-						t.Logf("clusters of %d: no split fits (a K part without chunks or too much threadgroup memory)", cl)
-						return
-					}
-					if rows == 1 {
-						for tt := 0; tt < 16; tt++ {
-							by := e.poisoned(n)
-							e.run(name, rec, rec.Grid(), bw, bs, e.f32(x[tt*k:(tt+1)*k]), by, bs)
-							got := e.read(by, n)
-							check(t, fmt.Sprintf("token %d alone", tt), got, f32s(want[tt*n:(tt+1)*n]), func(i int) float64 { return tol[tt*n+i] })
-							r1 = append(r1, got)
+				pushes := []uint32{0}
+				if cl > 1 {
+					pushes = []uint32{1, 0}
+				}
+				for _, push := range pushes {
+					var r1 [][]float32 // token t alone
+					for _, rows := range []int{1, 3, 8, 16} {
+						rec, err := kernels.NewBLMXParams(m.g, rows, kernels.EpiStore, dev)
+						if err != nil {
+							t.Fatal(err)
 						}
-						continue
-					}
-					by := e.poisoned(rows * n)
-					e.run(name, rec, rec.Grid(), bw, bs, bx, by, bs)
-					got := e.read(by, rows*n)
-					check(t, fmt.Sprintf("%d rows", rows), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
-					if rows == 8 {
-						// The same rows through the folded RMSNorm (Norm 1: the ranks' Σx² added
-						// through distributed shared memory) against RMSNorm then the product;
-						// in clusters, both with and without Push.
-						variants := []kernels.BLMXParams{rec}
-						if rec.Push == 1 {
-							np := rec
-							np.Push = 0
-							variants = append(variants, np)
-							byp := e.poisoned(rows * n)
-							e.run(name, np, np.Grid(), bw, bs, bx, byp, bs)
-							check(t, "8 rows, Push 0", e.read(byp, rows*n), f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
-						} else if cl > 1 {
-							t.Fatalf("clusters of %d without Push: the test's shapes leave room for the receive area", cl)
+						groups, _ := dev.Groups(cl)
+						if !rec.TrySplit(cl, max(groups, 1)) {
+							t.Logf("clusters of %d: no split fits (a K part without chunks or too much threadgroup memory)", cl)
+							return
 						}
-						for _, v := range variants {
-							rn := v
+						if rec.Push != uint32(min(cl-1, 1)) {
+							t.Fatalf("clusters of %d: Push %d, want the test's shapes to push in clusters", cl, rec.Push)
+						}
+						rec.Push = push
+						if rows == 1 {
+							for tt := 0; tt < 16; tt++ {
+								by := e.poisoned(n)
+								e.run(name, rec, rec.Grid(), bw, bs, e.f32(x[tt*k:(tt+1)*k]), by, bs)
+								got := e.read(by, n)
+								check(t, fmt.Sprintf("token %d alone", tt), got, f32s(want[tt*n:(tt+1)*n]), func(i int) float64 { return tol[tt*n+i] })
+								r1 = append(r1, got)
+							}
+							continue
+						}
+						by := e.poisoned(rows * n)
+						e.run(name, rec, rec.Grid(), bw, bs, bx, by, bs)
+						got := e.read(by, rows*n)
+						check(t, fmt.Sprintf("%d rows, Push %d", rows, push), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
+						if rows == 8 {
+							// The same rows through the folded RMSNorm (Norm 1: the ranks' Σx² added
+							// through distributed shared memory) against RMSNorm then the product.
+							rn := rec
 							rn.Norm, rn.Eps = 1, 1e-6
 							byn := e.poisoned(rows * n)
 							e.run(name, rn, rn.Grid(), bw, bs, bx, byn, bnw)
-							check(t, fmt.Sprintf("8 rows of RMSNorm(x), Push %d", v.Push), e.read(byn, rows*n), f32s(wantN), func(i int) float64 { return tolN[i] })
+							check(t, fmt.Sprintf("8 rows of RMSNorm(x), Push %d", push), e.read(byn, rows*n), f32s(wantN), func(i int) float64 { return tolN[i] })
 						}
-					}
-					for tt := 0; tt < rows; tt++ {
-						for i := 0; i < n; i++ {
-							if math.Float32bits(got[tt*n+i]) != math.Float32bits(r1[tt][i]) {
-								t.Fatalf("%d rows: y[%d, %d] = %g, the 1-row launch of token %d gave %g", rows, tt, i, got[tt*n+i], tt, r1[tt][i])
+						for tt := 0; tt < rows; tt++ {
+							for i := 0; i < n; i++ {
+								if math.Float32bits(got[tt*n+i]) != math.Float32bits(r1[tt][i]) {
+									t.Fatalf("Push %d, %d rows: y[%d, %d] = %g, the 1-row launch of token %d gave %g", push, rows, tt, i, got[tt*n+i], tt, r1[tt][i])
+								}
 							}
 						}
-					}
-					if rows == 16 {
-						// Rows 8–15 as an 8-row launch of their own.
-						by8 := e.poisoned(8 * n)
-						rec8, _ := kernels.NewBLMXParams(m.g, 8, kernels.EpiStore, dev)
-						groups, _ := dev.Groups(cl)
-						if !rec8.TrySplit(cl, max(groups, 1)) {
-							t.Fatalf("8 rows: no split with clusters of %d", cl)
-						}
-						e.run(name, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8, bs)
-						got8 := e.read(by8, 8*n)
-						for i := range got8 {
-							if math.Float32bits(got[8*n+i]) != math.Float32bits(got8[i]) {
-								t.Fatalf("16 rows: y[%d, %d] = %g, the 8-row launch of rows 8–15 gave %g", 8+i/n, i%n, got[8*n+i], got8[i])
+						if rows == 16 {
+							// Rows 8–15 as an 8-row launch of their own.
+							by8 := e.poisoned(8 * n)
+							rec8, _ := kernels.NewBLMXParams(m.g, 8, kernels.EpiStore, dev)
+							groups, _ := dev.Groups(cl)
+							if !rec8.TrySplit(cl, max(groups, 1)) {
+								t.Fatalf("8 rows: no split with clusters of %d", cl)
+							}
+							rec8.Push = push
+							e.run(name, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8, bs)
+							got8 := e.read(by8, 8*n)
+							for i := range got8 {
+								if math.Float32bits(got[8*n+i]) != math.Float32bits(got8[i]) {
+									t.Fatalf("Push %d, 16 rows: y[%d, %d] = %g, the 8-row launch of rows 8–15 gave %g", push, 8+i/n, i%n, got[8*n+i], got8[i])
+								}
 							}
 						}
 					}

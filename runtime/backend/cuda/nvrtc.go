@@ -87,15 +87,16 @@ func openNVRTC() error {
 	} {
 		a, err := purego.Dlsym(h, e.name)
 		if err != nil || a == 0 {
-			return fmt.Errorf("cuda: %s lacks %s (NVRTC 12 or newer is needed)", nvrtc.path, e.name)
+			return fmt.Errorf("cuda: %s lacks %s (NVRTC 12.1 or newer is needed)", nvrtc.path, e.name)
 		}
 		*e.dst = fn{name: e.name, addr: a}
 	}
 	if err := nvrtcCall(nvrtc.nvrtcVersion, uintptr(unsafe.Pointer(&nvrtc.major)), uintptr(unsafe.Pointer(&nvrtc.minor))); err != nil {
 		return err
 	}
-	if nvrtc.major < 12 {
-		return fmt.Errorf("cuda: %s is NVRTC %d.%d; lithos needs 12 or newer", nvrtc.path, nvrtc.major, nvrtc.minor)
+	// 12.1: PTX ISA 8.1, whose st.async the MMA-layout kernels' pushes use (prelude/cuda.h).
+	if nvrtc.major < 12 || (nvrtc.major == 12 && nvrtc.minor < 1) {
+		return fmt.Errorf("cuda: %s is NVRTC %d.%d; lithos needs 12.1 or newer (the kernels use PTX ISA 8.1)", nvrtc.path, nvrtc.major, nvrtc.minor)
 	}
 	return nil
 }
