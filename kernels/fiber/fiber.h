@@ -273,6 +273,11 @@ __attribute__((noinline)) void barrier(const char* file, int line) { wait_at(kBa
 // barrier.cluster arrive + wait, threadgroup memory ordered across the cluster).
 __attribute__((noinline)) void cluster_barrier(const char* file, int line) { wait_at(kCluster, "cluster barrier outside a kernel", file, line); }
 
+// fail_at reports what at file:line went wrong (msg), as fail.
+[[noreturn]] static void fail_at(const char* what, const char* file, int line, const std::string& msg) {
+    fail(std::string(what) + " at " + file + ":" + std::to_string(line) + ": " + msg);
+}
+
 // cluster_rx_wait is the prelude's blm_rx_wait: a cluster barrier, after which the running
 // thread's byte count (a u64 in its threadgroup memory: the bytes it expects, less those pushed
 // to it) must be 0.
@@ -280,12 +285,9 @@ void cluster_rx_wait(const void* count, const char* file, int line) {
     wait_at(kCluster, "cluster barrier outside a kernel", file, line);
     uint64_t left;
     std::memcpy(&left, count, sizeof left);
-    if (left != 0) {
-        char b[200];
-        std::snprintf(b, sizeof b, "blm_rx_wait at %s:%d: %lld bytes expected and not pushed (negative: pushed and not expected)", file, line,
-                      (long long)left);
-        fail(b);
-    }
+    if (left != 0)
+        fail_at("blm_rx_wait", file, line,
+                std::to_string((long long)left) + " bytes expected and not pushed (negative: pushed and not expected)");
 }
 
 // cluster_arrive, cluster_wait and cluster_push are the prelude's blm_cluster_arrive,
@@ -296,30 +298,19 @@ void cluster_rx_wait(const void* count, const char* file, int line) {
 void cluster_arrive(const char* file, int line) {
     if (rt.cur < 0) fail("blm_cluster_arrive outside a kernel");
     Fiber& f = rt.fibers[rt.cur];
-    if (f.split != 0) {
-        char b[160];
-        std::snprintf(b, sizeof b, "blm_cluster_arrive at %s:%d: the thread has arrived before", file, line);
-        fail(b);
-    }
+    if (f.split != 0) fail_at("blm_cluster_arrive", file, line, "the thread has arrived before");
     f.split = 1;
 }
 void cluster_wait(const char* file, int line) {
     if (rt.cur < 0) fail("blm_cluster_wait outside a kernel");
-    if (rt.fibers[rt.cur].split != 1) {
-        char b[160];
-        std::snprintf(b, sizeof b, "blm_cluster_wait at %s:%d: the thread has not arrived (blm_cluster_arrive), or has waited before", file, line);
-        fail(b);
-    }
+    if (rt.fibers[rt.cur].split != 1)
+        fail_at("blm_cluster_wait", file, line, "the thread has not arrived (blm_cluster_arrive), or has waited before");
     wait_at(kCluster, "cluster barrier outside a kernel", file, line);
     rt.fibers[rt.cur].split = 2;
 }
 void cluster_push(const char* file, int line) {
     if (rt.cur < 0) fail("a push outside a kernel");
-    if (rt.fibers[rt.cur].split != 2) {
-        char b[160];
-        std::snprintf(b, sizeof b, "push at %s:%d before the thread's blm_cluster_wait", file, line);
-        fail(b);
-    }
+    if (rt.fibers[rt.cur].split != 2) fail_at("push", file, line, "before the thread's blm_cluster_wait");
 }
 
 // cluster_size is the threadgroups of the running cluster (1 without clusters).

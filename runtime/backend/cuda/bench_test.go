@@ -213,39 +213,12 @@ func BenchmarkBLMPass(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			evs := make([]*Event, 11)
-			for i := range evs {
-				if evs[i], err = d.NewEvent(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := g.Launch(s); err != nil { // warm-up
-				b.Fatal(err)
-			}
-			for i := 0; i < 10; i++ {
-				evs[i].Record(s)
-				if err := g.Launch(s); err != nil {
-					b.Fatal(err)
-				}
-			}
-			evs[10].Record(s)
-			if err := s.Wait(0); err != nil {
-				b.Fatal(err)
-			}
-			times := make([]time.Duration, 10)
-			for i := range times {
-				if times[i], err = evs[i+1].Since(evs[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
+			times := timeLaunches(b, d, s, 10, func() error { return g.Launch(s) })
 			bw := newBandwidth(total, times)
 			b.ReportMetric(bw.GBps(), ch.name+"-r"+strconv.Itoa(rows)+"-GB/s")
 			b.ReportMetric(bw.GBps()/floor.GBps(), ch.name+"-r"+strconv.Itoa(rows)+"-xfloor")
 			b.Logf("%s × %d rows: %d matrices, %.2f GB, median %v (best %v): %.0f GB/s = %.3f × read floor",
 				ch.name, rows, len(mats), float64(total)/1e9, bw.Median, bw.Best, bw.GBps(), bw.GBps()/floor.GBps())
-			for _, e := range evs {
-				e.Close()
-			}
 			g.Close()
 			recs.Free()
 		}
@@ -516,29 +489,37 @@ func timeReplays(b *testing.B, d *Device, s *Stream, launch func() error) []time
 		b.Fatal(err)
 	}
 	defer gr.Close()
-	const reps = 7
-	evs := make([]*Event, reps+1)
+	return timeLaunches(b, d, s, 7, func() error { return gr.Launch(s) })
+}
+
+// timeLaunches runs launch once to warm up, then n times on s, each between two events, waits,
+// and returns the n event-timed durations.
+func timeLaunches(b *testing.B, d *Device, s *Stream, n int, launch func() error) []time.Duration {
+	b.Helper()
+	evs := make([]*Event, n+1)
 	for i := range evs {
+		var err error
 		if evs[i], err = d.NewEvent(); err != nil {
 			b.Fatal(err)
 		}
 		defer evs[i].Close()
 	}
-	if err := gr.Launch(s); err != nil {
+	if err := launch(); err != nil {
 		b.Fatal(err)
 	}
-	for i := 0; i < reps; i++ {
+	for i := 0; i < n; i++ {
 		evs[i].Record(s)
-		if err := gr.Launch(s); err != nil {
+		if err := launch(); err != nil {
 			b.Fatal(err)
 		}
 	}
-	evs[reps].Record(s)
+	evs[n].Record(s)
 	if err := s.Wait(0); err != nil {
 		b.Fatal(err)
 	}
-	times := make([]time.Duration, reps)
+	times := make([]time.Duration, n)
 	for i := range times {
+		var err error
 		if times[i], err = evs[i+1].Since(evs[i]); err != nil {
 			b.Fatal(err)
 		}

@@ -5,7 +5,6 @@ package cuda
 import (
 	"fmt"
 	"testing"
-	"time"
 )
 
 // patternSource: read kernels with the MMA-layout products' access pattern and its
@@ -87,31 +86,7 @@ func BenchmarkReadPattern(b *testing.B) {
 			b.Fatal(err)
 		}
 		for mode := uint32(0); mode < 3; mode++ {
-			evs := make([]*Event, 11)
-			for i := range evs {
-				if evs[i], err = d.NewEvent(); err != nil {
-					b.Fatal(err)
-				}
-				defer evs[i].Close()
-			}
-			for i := 0; i <= 10; i++ {
-				if i > 0 {
-					evs[i-1].Record(s)
-				}
-				if err := f.Launch(s, grid, D1(512), 0, buf, np, mode, out); err != nil {
-					b.Fatal(err)
-				}
-			}
-			evs[10].Record(s)
-			if err := s.Wait(0); err != nil {
-				b.Fatal(err)
-			}
-			times := make([]time.Duration, 10)
-			for i := range times {
-				if times[i], err = evs[i+1].Since(evs[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
+			times := timeLaunches(b, d, s, 10, func() error { return f.Launch(s, grid, D1(512), 0, buf, np, mode, out) })
 			// The bytes the kernel reads: whole rounds of 4·ahead steps per warp.
 			nw := uint64(d.Info.SMs) * 16
 			ahead := uint64(1)
