@@ -11,7 +11,8 @@
 # the mode blm runs with LITHOS_CUDA_MMA=0: the BLM kernels instead of the MMA-layout ones,
 # docs/performance.md §3.3j; noov with LITHOS_CUDA_OVERLAP=0: no programmatic dependent launch,
 # §3.3k; nopush with LITHOS_CUDA_PUSH=0: the MMA-layout products' clusters read each other's
-# partial sums instead of pushing them, §3.3o),
+# partial sums instead of pushing them, §3.3o; rpcN with --rounds-per-call N: N decode steps
+# queued per device call, §8.10),
 # optionally the first-use self-check of --backend auto (SELFCHECK=1), and Nsight Compute's
 # per-kernel durations of a speculative generate (NCU=1; ncu.csv.gz in $OUT, summed per kernel
 # and grid as in §8.2). SNAPSHOT=N adds `--snapshot N` (a prefix checkpoint of N tokens copied out
@@ -39,10 +40,13 @@ for mode in ${MODES:-on off}; do
   if [ "$mode" = blm ]; then export LITHOS_CUDA_MMA=0; else unset LITHOS_CUDA_MMA; fi
   if [ "$mode" = noov ]; then export LITHOS_CUDA_OVERLAP=0; else unset LITHOS_CUDA_OVERLAP; fi
   if [ "$mode" = nopush ]; then export LITHOS_CUDA_PUSH=0; else unset LITHOS_CUDA_PUSH; fi
-  ./lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 ${SNAPSHOT:+--snapshot $SNAPSHOT} --json >"$OUT/bench-$mode.json" 2>"$OUT/bench-$mode.err"
+  rpc=0
+  case "$mode" in rpc*) rpc=${mode#rpc} ;; esac
+  ./lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 --rounds-per-call $rpc ${SNAPSHOT:+--snapshot $SNAPSHOT} --json >"$OUT/bench-$mode.json" 2>"$OUT/bench-$mode.err"
   python3 -c "
 import json; d=json.load(open('$OUT/bench-$mode.json')); p=d['plain']; ss=d['speculative']['speculative']
-print('$mode', 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'prefill %.0f'%p['prefill_tok_per_s'], 'draft %.2f verify %.2f ms'%(ss['draft_ms_per_round'],ss['verify_ms_per_round']), 'identical', d.get('identical'), 'floor', round(d['read_gb_per_s']))
+q=d['passes']; r=q.get('round') or {}
+print('$mode', 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'prefill %.0f'%p['prefill_tok_per_s'], 'draft %.2f verify %.2f ms'%(ss['draft_ms_per_round'],ss['verify_ms_per_round']), 'round %.2f ms %.3fx verify'%(r.get('ms',0),q.get('round_over_verify',0)), 'spec %.1f tok/s'%d['speculative']['decode_tok_per_s'], 'identical', d.get('identical'), 'floor', round(d['read_gb_per_s']))
 n=d.get('snapshot')
 if n: print('$mode', 'snapshot %d tokens %.1f MB: out %.1f ms (%.2f GB/s), back %.1f ms (%.2f GB/s), no-sample prefill %.0f ms'%(n['tokens'],n['bytes']/1e6,n['snapshot_seconds']*1e3,n['snapshot_gb_per_s'],n['restore_seconds']*1e3,n['restore_gb_per_s'],n['prefill_seconds']*1e3))"
 done

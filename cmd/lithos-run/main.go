@@ -111,6 +111,7 @@ type genFlags struct {
 	chat, noDraft, json        bool
 	maxTokens, topK, context   int
 	prefillChunk               int
+	roundsPerCall              int
 	temperature, topP          float64
 	seed                       uint64
 	stop                       []string
@@ -143,6 +144,7 @@ func (g *genFlags) register(c *cobra.Command) {
 	f.BoolVar(&g.json, "json", false, "print exactly one JSON object on stdout instead of streaming text")
 	f.IntVar(&g.context, "context", 0, "context length in tokens (0 = the model's max_position_embeddings)")
 	f.IntVar(&g.prefillChunk, "prefill-chunk", 0, "prompt rows per prefill step (0 = 128)")
+	f.IntVar(&g.roundsPerCall, "rounds-per-call", 0, fmt.Sprintf("decode steps (speculative rounds) queued on the device per call, text streamed between calls (0 = %d on a GPU, 1 on the CPU; at most %d)", generate.DefaultRoundsPerCall, generate.MaxRoundsPerCall))
 	f.BoolVarP(&g.verbose, "verbose", "v", false, "debug logs on stderr")
 }
 
@@ -172,7 +174,8 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	fl := cmd.Flags()
 	req := generate.Request{
 		Chat: g.chat, MaxTokens: g.maxTokens, Stop: g.stop, Context: g.context, PrefillChunk: g.prefillChunk,
-		Sampling: sample.Params{Temperature: g.temperature, TopK: g.topK, TopP: g.topP, Seed: g.seed},
+		RoundsPerCall: g.roundsPerCall,
+		Sampling:      sample.Params{Temperature: g.temperature, TopK: g.topK, TopP: g.topP, Seed: g.seed},
 	}
 	switch {
 	case fl.Changed("prompt") && fl.Changed("prompt-ids"):
@@ -197,6 +200,9 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	}
 	if g.context < 0 || g.prefillChunk < 0 {
 		return errors.New("--context and --prefill-chunk must not be negative")
+	}
+	if g.roundsPerCall < 0 || g.roundsPerCall > generate.MaxRoundsPerCall {
+		return fmt.Errorf("--rounds-per-call %d: want 0 (the default) to %d", g.roundsPerCall, generate.MaxRoundsPerCall)
 	}
 	// bench's flags before the bundle loads (minutes for a 27B).
 	if g.bench && g.runs < 1 {
@@ -349,6 +355,14 @@ func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generat
 	} else {
 		fmt.Fprintln(w, "speculative: the bundle has no draft head (or --no-draft)")
 	}
+	pt := func(name string, p *generate.PassTime) string {
+		return fmt.Sprintf("%s %.2f ms (floor %.2f ms, %.3f×)", name, p.MS, p.FloorMS, p.XFloor)
+	}
+	fmt.Fprintf(w, "per pass: %s", pt("plain step", &rep.Passes.PlainStep))
+	if p := rep.Passes; p.Round != nil {
+		fmt.Fprintf(w, "; %s; %s; %s, %.3f× the verify pass", pt("verify", p.Verify), pt("draft", p.Draft), pt("full round", p.Round), p.RoundOverVerify)
+	}
+	fmt.Fprintln(w)
 	if s := rep.Snapshot; s != nil {
 		fmt.Fprintf(w, "snapshot at %d tokens (drafter context: %v): %.1f MB; out %.1f ms (%.2f GB/s), back %.1f ms (%.2f GB/s); re-prefilling them took %.1f ms\n",
 			s.Tokens, s.Drafter, float64(s.Bytes)/1e6, s.SnapshotSeconds*1e3, s.SnapshotGBs, s.RestoreSeconds*1e3, s.RestoreGBs, s.PrefillSeconds*1e3)

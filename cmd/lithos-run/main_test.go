@@ -382,6 +382,8 @@ func TestGenerateSpeculativeJSON(t *testing.T) {
 		{[]string{dir, "--prompt-ids", "1", "--confidence-stop", "2"}, "--confidence-stop"},
 		{[]string{"bench", dir, "--runs", "0"}, "--runs"},
 		{[]string{"bench", dir, "--snapshot", "-1"}, "--snapshot"},
+		{[]string{dir, "--prompt-ids", "1", "--rounds-per-call", "-1"}, "--rounds-per-call"},
+		{[]string{"bench", dir, "--rounds-per-call", "65"}, "--rounds-per-call"},
 		// Refused before the bundle is opened: the path does not exist.
 		{[]string{"bench", filepath.Join(t.TempDir(), "none"), "--snapshot", "-1"}, "--snapshot"},
 		{[]string{"bench", filepath.Join(t.TempDir(), "none"), "--runs", "0"}, "--runs"},
@@ -421,8 +423,19 @@ func TestBench(t *testing.T) {
 	if rep.Snapshot != nil {
 		t.Fatalf("snapshot without --snapshot: %+v", rep.Snapshot)
 	}
+	if q := rep.Passes; !(q.PlainStep.MS > 0 && q.PlainStep.FloorMS > 0) || q.Round == nil || !(q.RoundOverVerify > 0) {
+		t.Fatalf("passes %+v", q)
+	}
+	// --rounds-per-call changes how the steps are queued, not the tokens.
+	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "12", "--rounds-per-call", "5", "--json")
+	var k5 generate.BenchReport
+	if err := json.Unmarshal([]byte(stdout), &k5); code != 0 || err != nil || !k5.Identical || k5.Speculative == nil ||
+		k5.Speculative.Tokens != 12 || k5.Plain.Passes != 11 || k5.Passes.Round == nil {
+		t.Fatalf("--rounds-per-call 5: exit %d, %v, stdout %s, stderr %s", code, err, stdout, stderr)
+	}
 	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "6", "--prompt-ids", "5,6,7", "--runs", "2", "--snapshot", "24")
 	if code != 0 || !strings.Contains(stdout, "floor: host memory read bandwidth") || !strings.Contains(stdout, "speculative:") || !strings.Contains(stdout, "identical to plain: true") ||
+		!strings.Contains(stdout, "per pass: plain step ") || !strings.Contains(stdout, "× the verify pass") ||
 		!strings.Contains(stdout, "snapshot at 24 tokens (drafter context: true)") {
 		t.Fatalf("table: exit %d, stdout %s, stderr %s", code, stdout, stderr)
 	}

@@ -42,9 +42,70 @@ type BenchReport struct {
 	// Identical reports whether the two runs generated the same tokens (they must for greedy
 	// decoding and the point-mass rule).
 	Identical bool `json:"identical"`
+	// Passes is the time of one pass of each kind against its floor (ARCHITECTURE.md §5; issue
+	// 10's goals: a verify pass at ≥ 0.9 of the floor, a full round ≤ 1.2× the verify pass).
+	Passes BenchPasses `json:"passes"`
 	// Snapshot is the prefix-checkpoint measurement (BenchSnapshot; `bench --snapshot N`),
 	// omitted when not asked for.
 	Snapshot *SnapshotReport `json:"snapshot,omitempty"`
+}
+
+// BenchPasses is the time of one pass of each kind of the best runs, each against the time
+// its bytes take at the measured read bandwidth. Verify, Draft and Round are nil without a
+// draft head (or when the speculative run had no round).
+type BenchPasses struct {
+	// PlainStep is a single-row decode step of the plain run: its decode time ÷ its passes;
+	// floor: TargetBytesPerPass.
+	PlainStep PassTime `json:"plain_step"`
+	// Verify is a round's target part (the verify pass over the anchor and the block's
+	// drafts, the accept scan, the commit): Speculative.VerifyMSPerRound, floor
+	// TargetBytesPerPass. Draft is the drafter's part (Speculative.DraftMSPerRound), floor
+	// DraftBytesPerRound. Round is a full round's wall clock as the host saw it, everything
+	// included: the speculative run's decode time ÷ its passes, floor TargetBytesPerPass +
+	// DraftBytesPerRound.
+	Verify *PassTime `json:"verify,omitempty"`
+	Draft  *PassTime `json:"draft,omitempty"`
+	Round  *PassTime `json:"round,omitempty"`
+	// RoundOverVerify is Round.MS ÷ Verify.MS (0 without them).
+	RoundOverVerify float64 `json:"round_over_verify,omitempty"`
+}
+
+// PassTime is one pass's time (ms) and its floor: FloorMS = its bytes ÷ the read bandwidth,
+// XFloor = FloorMS ÷ MS (1: as fast as the memory bus allows; 0 when either is unknown).
+type PassTime struct {
+	MS      float64 `json:"ms"`
+	FloorMS float64 `json:"floor_ms"`
+	XFloor  float64 `json:"x_floor"`
+}
+
+// passTime is a PassTime of ms for a pass reading bytes at gbs GB/s.
+func passTime(ms float64, bytes int64, gbs float64) PassTime {
+	p := PassTime{MS: ms}
+	if gbs > 0 {
+		p.FloorMS = float64(bytes) / (gbs * 1e9) * 1e3
+	}
+	if p.MS > 0 {
+		p.XFloor = p.FloorMS / p.MS
+	}
+	return p
+}
+
+// passes fills rep.Passes from its runs.
+func (rep *BenchReport) passes() {
+	if p := rep.Plain; p.Passes > 0 {
+		rep.Passes.PlainStep = passTime(p.DecodeSeconds*1e3/float64(p.Passes), rep.TargetBytesPerPass, rep.ReadGBs)
+	}
+	s := rep.Speculative
+	if s == nil || s.Speculative == nil || s.Speculative.Rounds == 0 || s.Passes == 0 {
+		return
+	}
+	v := passTime(s.Speculative.VerifyMSPerRound, rep.TargetBytesPerPass, rep.ReadGBs)
+	d := passTime(s.Speculative.DraftMSPerRound, rep.DraftBytesPerRound, rep.ReadGBs)
+	r := passTime(s.DecodeSeconds*1e3/float64(s.Passes), rep.TargetBytesPerPass+rep.DraftBytesPerRound, rep.ReadGBs)
+	rep.Passes.Verify, rep.Passes.Draft, rep.Passes.Round = &v, &d, &r
+	if v.MS > 0 {
+		rep.Passes.RoundOverVerify = r.MS / v.MS
+	}
 }
 
 // BenchRun is one mode of BenchReport: the best of the runs by decode rate.
@@ -152,6 +213,7 @@ func (r *Runner) Bench(ctx context.Context, req Request, runs int) (*BenchReport
 		}
 		rep.Identical = slices.Equal(plain.generated, rep.Speculative.generated)
 	}
+	rep.passes()
 	if rep.Plain.DecodeTokens == 0 {
 		return rep, errors.New("bench: the run ended at the first token (EOS or a stop string): nothing was decoded")
 	}

@@ -511,6 +511,40 @@ type Request struct {
 	// ConfidenceStop, in [0, 1], shortens rounds to the leading drafts whose confidence head
 	// output reaches it (0: off).
 	ConfidenceStop float64
+	// RoundsPerCall is the most decode steps (speculative rounds, or single-row steps without
+	// the draft head) queued on the device per Session.Decode call, in [0, MaxRoundsPerCall]
+	// (0: DefaultRoundsPerCall). The host drains the ring, streams the text and checks the
+	// stop strings between calls; a GPU backend's call copies the step state in, launches
+	// the steps' recorded programs back to back and waits once, so queuing more steps per
+	// call hides the host's share of a call (the launch, the copies, the wait) behind the
+	// device's work. The costs: tokens arrive in bursts of up to RoundsPerCall steps, and a
+	// generation that ends on an EOS, a stop string or a full context may have up to
+	// RoundsPerCall − 1 steps queued after the one that ended it: a GPU runs them (their
+	// kernels read the weights; their commits do nothing). Near MaxTokens a call queues
+	// only the steps the tokens left need at the generation's rate so far (tokens per step,
+	// rounded down; before the first, the most a step can push), so that without a draft
+	// head MaxTokens wastes no step.
+	RoundsPerCall int
+}
+
+// Decode steps per Session.Decode call (Request.RoundsPerCall): DefaultRoundsPerCall on a GPU
+// backend, 1 on the CPU backend (its calls do the work themselves: nothing to overlap);
+// MaxRoundsPerCall is the largest a request may ask for. docs/performance.md §8.10 has the
+// measurements behind the default.
+const (
+	DefaultRoundsPerCall = 4
+	MaxRoundsPerCall     = 64
+)
+
+// roundsPerCall is the decode steps per call for req on r's backend (Request.RoundsPerCall).
+func (r *Runner) roundsPerCall(req *Request) int {
+	switch {
+	case req.RoundsPerCall > 0:
+		return req.RoundsPerCall
+	case r.Backend != nil && r.Backend.Name() == (cpu.Backend{}).Name():
+		return 1
+	}
+	return DefaultRoundsPerCall
 }
 
 // SessionOptions returns the options of req's sessions that do not depend on the bundle
@@ -700,6 +734,10 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 	if len(req.Stop) > 0 && r.Tokenizer == nil {
 		return nil, fmt.Errorf("bundle %s has no tokenizer.json: stop strings cannot be matched", r.Bundle.Dir)
 	}
+	if req.RoundsPerCall < 0 || req.RoundsPerCall > MaxRoundsPerCall {
+		return nil, fmt.Errorf("rounds per call %d: want 0 (the default) to %d", req.RoundsPerCall, MaxRoundsPerCall)
+	}
+	perCall := r.roundsPerCall(&req)
 	prompt, err := r.Tokens(&req)
 	if err != nil {
 		return nil, err
@@ -734,6 +772,10 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 	defer sess.Close()
 	ss := sess.State()
 	ss.StopAt = ss.RingHead + uint32(maxTok)
+	stepTokens := 1 // the most tokens one decode step pushes
+	if opt.Drafter != nil {
+		stepTokens = opt.Drafter.BlockSize() + 1
+	}
 
 	res := &Result{PromptTokens: len(prompt), Tokens: []int32{}, Backend: r.Backend.Name()}
 	out := &output{req: &req, tok: r.Tokenizer, eos: r.EOS, res: res}
@@ -785,14 +827,25 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 		if err := ctx.Err(); err != nil {
 			return done(err)
 		}
-		head := ss.RingHead
-		t := time.Now()
-		err := sess.Decode(ctx, 1)
-		decodeTime += time.Since(t)
-		if n := int(ss.RingHead - head); n > 0 {
-			res.Rounds++
-			decodeTokens += n
+		// Near StopAt a call queues the steps the tokens left need at the rate so far
+		// (tokens per step, rounded down, at least 1; before the first step the most a
+		// step pushes): without a draft head exactly the steps left, so MaxTokens wastes
+		// none.
+		steps := perCall
+		if left := int(ss.StopAt - ss.RingHead); left >= 1 {
+			rate := stepTokens
+			if res.Rounds > 0 {
+				rate = max(1, decodeTokens/res.Rounds)
+			}
+			steps = min(steps, (left+rate-1)/rate)
 		}
+		head, step := ss.RingHead, ss.Step
+		t := time.Now()
+		err := sess.Decode(ctx, steps)
+		decodeTime += time.Since(t)
+		// A step that pushed tokens committed them (Step counts the committed steps).
+		res.Rounds += int(ss.Step - step)
+		decodeTokens += int(ss.RingHead - head)
 		if err != nil {
 			return done(err)
 		}
