@@ -384,6 +384,7 @@ func TestGenerateSpeculativeJSON(t *testing.T) {
 		{[]string{"bench", dir, "--snapshot", "-1"}, "--snapshot"},
 		{[]string{dir, "--prompt-ids", "1", "--rounds-per-call", "-1"}, "--rounds-per-call"},
 		{[]string{"bench", dir, "--rounds-per-call", "65"}, "--rounds-per-call"},
+		{[]string{"serve", dir, "--rounds-per-call", "-2"}, "--rounds-per-call"},
 		// Refused before the bundle is opened: the path does not exist.
 		{[]string{"bench", filepath.Join(t.TempDir(), "none"), "--snapshot", "-1"}, "--snapshot"},
 		{[]string{"bench", filepath.Join(t.TempDir(), "none"), "--runs", "0"}, "--runs"},

@@ -22,6 +22,7 @@ type serveFlags struct {
 	host, apiKey, backend, draftSampling string
 	port, context, queue, checkpoints    int
 	prefillChunk                         int
+	roundsPerCall                        int
 	maxBodyMB                            int
 	names, allowHosts                    []string
 	noDraft, verbose                     bool
@@ -61,6 +62,7 @@ func newServe(g *genFlags) *cobra.Command {
 	fl.IntVar(&f.checkpoints, "checkpoints", serve.DefaultCheckpoints, "prefix checkpoints kept (0 = none; docs/serving.md says what each costs)")
 	fl.Float64Var(&f.checkpointGB, "checkpoint-gb", 0, "bound on the prefix checkpoints' memory together, in GB = 1e9 bytes (0 = no bound)")
 	fl.IntVar(&f.prefillChunk, "prefill-chunk", 0, "prompt rows per prefill step (0 = 128)")
+	fl.IntVar(&f.roundsPerCall, "rounds-per-call", 0, fmt.Sprintf("decode steps (speculative rounds) queued on the device per call, events streamed between calls (0 = %d on a GPU, 1 on the CPU; at most %d)", generate.DefaultRoundsPerCall, generate.MaxRoundsPerCall))
 	fl.IntVar(&f.maxBodyMB, "max-body-mb", 0, "largest request body in MiB (0 = 1 MiB + 64 bytes per context token, at most 32: 3 MiB at 32768)")
 	fl.StringArrayVar(&f.allowHosts, "allow-host", nil, "without an API key, also serve this Host name (repeatable; \"*\" = any; default: localhost and IP addresses only, against DNS rebinding)")
 	fl.DurationVar(&f.readTimeout, "read-timeout", serve.DefaultReadTimeout, "longest time to read one request, headers and body (0 = no limit)")
@@ -96,6 +98,8 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 		return fmt.Errorf("--port %d: want 0 … 65535", f.port)
 	case f.context < 0 || f.prefillChunk < 0 || f.queue < 0:
 		return errors.New("--context, --prefill-chunk and --queue must not be negative")
+	case f.roundsPerCall < 0 || f.roundsPerCall > generate.MaxRoundsPerCall:
+		return fmt.Errorf("--rounds-per-call %d: want 0 (the default) to %d", f.roundsPerCall, generate.MaxRoundsPerCall)
 	case f.maxBodyMB < 0 || f.maxBodyMB > 1<<20:
 		return fmt.Errorf("--max-body-mb %d: want 1 … %d MiB (0 = from the context)", f.maxBodyMB, 1<<20)
 	case f.readTimeout < 0 || f.writeTimeout < 0:
@@ -117,7 +121,7 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 	}
 	opt := serve.Options{
 		Names: f.names, Context: f.context, Queue: f.queue, Checkpoints: checkpoints, APIKey: key,
-		MaxBodyBytes: int64(f.maxBodyMB) << 20, PrefillChunk: f.prefillChunk, Log: log,
+		MaxBodyBytes: int64(f.maxBodyMB) << 20, PrefillChunk: f.prefillChunk, RoundsPerCall: f.roundsPerCall, Log: log,
 		DraftSampling: f.draftSampling, ConfidenceStop: f.confidenceStop,
 		CheckpointBytes: int64(f.checkpointGB * 1e9), AllowedHosts: f.allowHosts,
 		ReadTimeout: orNone(f.readTimeout), WriteTimeout: orNone(f.writeTimeout),

@@ -536,15 +536,37 @@ const (
 	MaxRoundsPerCall     = 64
 )
 
-// roundsPerCall is the decode steps per call for req on r's backend (Request.RoundsPerCall).
-func (r *Runner) roundsPerCall(req *Request) int {
+// RoundsPerCall returns n when n > 0, else the decode steps per Session.Decode call that suit
+// r's backend (Request.RoundsPerCall): 1 on the CPU backend, DefaultRoundsPerCall on a GPU.
+func (r *Runner) RoundsPerCall(n int) int {
 	switch {
-	case req.RoundsPerCall > 0:
-		return req.RoundsPerCall
+	case n > 0:
+		return n
 	case r.Backend != nil && r.Backend.Name() == (cpu.Backend{}).Name():
 		return 1
 	}
 	return DefaultRoundsPerCall
+}
+
+// CallSteps returns the decode steps to queue in the next Session.Decode call of a session
+// whose step state is ss: perCall, fewer near StopAt — the steps the tokens left before it
+// need at the rate so far (tokens ÷ rounds, rounded down, at least 1; before the first round
+// stepTokens, the most one step pushes: 1, or B + 1 with a drafter). Without a draft head
+// the steps never pass StopAt.
+func CallSteps(ss *backend.StepState, perCall, tokens, rounds, stepTokens int) int {
+	steps := max(perCall, 1)
+	if ss.StopAt == 0 {
+		return steps
+	}
+	left := int(int32(ss.StopAt - ss.RingHead))
+	if left < 1 {
+		return steps
+	}
+	rate := max(stepTokens, 1)
+	if rounds > 0 {
+		rate = max(1, tokens/rounds)
+	}
+	return min(steps, (left+rate-1)/rate)
 }
 
 // SessionOptions returns the options of req's sessions that do not depend on the bundle
@@ -737,7 +759,7 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 	if req.RoundsPerCall < 0 || req.RoundsPerCall > MaxRoundsPerCall {
 		return nil, fmt.Errorf("rounds per call %d: want 0 (the default) to %d", req.RoundsPerCall, MaxRoundsPerCall)
 	}
-	perCall := r.roundsPerCall(&req)
+	perCall := r.RoundsPerCall(req.RoundsPerCall)
 	prompt, err := r.Tokens(&req)
 	if err != nil {
 		return nil, err
@@ -827,21 +849,9 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 		if err := ctx.Err(); err != nil {
 			return done(err)
 		}
-		// Near StopAt a call queues the steps the tokens left need at the rate so far
-		// (tokens per step, rounded down, at least 1; before the first step the most a
-		// step pushes): without a draft head exactly the steps left, so MaxTokens wastes
-		// none.
-		steps := perCall
-		if left := int(ss.StopAt - ss.RingHead); left >= 1 {
-			rate := stepTokens
-			if res.Rounds > 0 {
-				rate = max(1, decodeTokens/res.Rounds)
-			}
-			steps = min(steps, (left+rate-1)/rate)
-		}
 		head, step := ss.RingHead, ss.Step
 		t := time.Now()
-		err := sess.Decode(ctx, steps)
+		err := sess.Decode(ctx, CallSteps(ss, perCall, decodeTokens, res.Rounds, stepTokens))
 		decodeTime += time.Since(t)
 		// A step that pushed tokens committed them (Step counts the committed steps).
 		res.Rounds += int(ss.Step - step)

@@ -117,7 +117,31 @@ func TestRoundsPerCall(t *testing.T) {
 			t.Errorf("rounds per call %d: %v (calls %v), want a refusal before any work", k, err, calls)
 		}
 	}
-	if got := (&Runner{Backend: cuda.Backend{}}).roundsPerCall(&Request{}); got != DefaultRoundsPerCall {
+	if got := (&Runner{Backend: cuda.Backend{}}).RoundsPerCall(0); got != DefaultRoundsPerCall {
 		t.Errorf("default on cuda: %d, want %d", got, DefaultRoundsPerCall)
+	}
+}
+
+// TestCallSteps: the steps of one call for the tokens left before StopAt at the rate so far.
+func TestCallSteps(t *testing.T) {
+	for _, c := range []struct {
+		head, stopAt                              uint32
+		perCall, tokens, rounds, stepTokens, want int
+	}{
+		{0, 0, 4, 0, 0, 8, 4},      // no StopAt
+		{10, 42, 4, 0, 0, 8, 4},    // 32 left, 8 a step at most: 4
+		{10, 20, 4, 0, 0, 8, 2},    // 10 left: ⌈10/8⌉
+		{10, 20, 16, 9, 9, 8, 10},  // one token a round so far: the 10 left
+		{10, 20, 16, 40, 10, 8, 3}, // 4 a round: ⌈10/4⌉
+		{10, 20, 16, 5, 10, 8, 10}, // under 1 a round counts as 1
+		{10, 10, 4, 0, 0, 1, 4},    // at StopAt (the device sets done): unchanged
+		{1 << 31, 1<<31 + 3, 8, 0, 0, 1, 3},
+		{0xfffffffe, 2, 8, 0, 0, 1, 4}, // the ring sequence wraps
+		{5, 9, 0, 0, 0, 1, 1},          // perCall below 1 counts as 1
+	} {
+		ss := backend.StepState{RingHead: c.head, StopAt: c.stopAt}
+		if got := CallSteps(&ss, c.perCall, c.tokens, c.rounds, c.stepTokens); got != c.want {
+			t.Errorf("%+v: %d steps, want %d", c, got, c.want)
+		}
 	}
 }

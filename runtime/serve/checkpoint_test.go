@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"lithos/runtime/chat"
+	"lithos/runtime/generate"
 )
 
 // turn posts an agent's conversation — a user message, then assistant answers alternating
@@ -238,6 +239,12 @@ func TestCheckpointBudget(t *testing.T) {
 	if _, err := New(Model{Target: &fakeTarget{Cfg: cfg, Tok: tok}, Tokenizer: tok, Chat: &chat.Config{Templates: map[string]string{"default": tpl}}},
 		Options{Names: []string{"x"}, CheckpointBytes: -1}); err == nil || !strings.Contains(err.Error(), "checkpoint budget") {
 		t.Error("a negative checkpoint budget was accepted")
+	}
+	for _, k := range []int{-1, generate.MaxRoundsPerCall + 1} {
+		if _, err := New(Model{Target: &fakeTarget{Cfg: cfg, Tok: tok}, Tokenizer: tok, Chat: &chat.Config{Templates: map[string]string{"default": tpl}}},
+			Options{Names: []string{"x"}, RoundsPerCall: k}); err == nil || !strings.Contains(err.Error(), "rounds per call") {
+			t.Errorf("rounds per call %d accepted (%v)", k, err)
+		}
 	}
 }
 

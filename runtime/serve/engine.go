@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"lithos/runtime/backend"
+	"lithos/runtime/generate"
 	"lithos/runtime/sample"
 )
 
@@ -96,6 +97,7 @@ type engine struct {
 	eos          []int32
 	context      int
 	prefillChunk int
+	perCall      int // decode steps queued per Session.Decode call (Options.RoundsPerCall)
 	maxEntries   int
 	maxBytes     int64 // budget of the checkpoints' memory (bytes; 0: no budget)
 	sessionBytes int64 // memory of one session's state and drafter context (bytes): a parked session's cost
@@ -277,6 +279,10 @@ func (e *engine) generate(j *job, sess backend.Session, hist []int32, res *genRe
 
 	var decodeTime time.Duration
 	decodeTokens := 0
+	stepTokens := 1 // the most tokens one decode step pushes
+	if e.draft != nil {
+		stepTokens = e.draft.BlockSize() + 1
+	}
 	var buf []int32
 	for {
 		buf = ring.Drain(ss, buf[:0])
@@ -306,14 +312,13 @@ func (e *engine) generate(j *job, sess backend.Session, hist []int32, res *genRe
 			res.finish = finishCancelled
 			break
 		}
-		head := ss.RingHead
+		head, step := ss.RingHead, ss.Step
 		t := time.Now()
-		err := sess.Decode(j.ctx, 1)
+		err := sess.Decode(j.ctx, generate.CallSteps(ss, e.perCall, decodeTokens, res.rounds, stepTokens))
 		decodeTime += time.Since(t)
-		if n := int(ss.RingHead - head); n > 0 {
-			res.rounds++
-			decodeTokens += n
-		}
+		// A step that pushed tokens committed them (Step counts the committed steps).
+		res.rounds += int(ss.Step - step)
+		decodeTokens += int(ss.RingHead - head)
 		if err != nil {
 			if !fail(err) {
 				return false

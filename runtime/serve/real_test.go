@@ -112,7 +112,8 @@ func parked(s *Server) [][]int32 {
 
 // TestRealParking: a CPU session continued after a finished generation (the step state's
 // stop flags cleared, the new tokens prefilled at its position) generates exactly what a fresh
-// session prefilled with the whole history does — with and without a draft head.
+// session prefilled with the whole history does — with and without a draft head, and with
+// several decode steps queued per call (Options.RoundsPerCall) on the continued one.
 func TestRealParking(t *testing.T) {
 	for _, withDraft := range []bool{false, true} {
 		opt := gentest.Options{}
@@ -124,8 +125,12 @@ func TestRealParking(t *testing.T) {
 			opt.Draft = dd
 		}
 		dir := realBundle(t, opt)
-		a, _ := openReal(t, dir, generate.Options{Backend: "cpu"}, Options{Context: 256, Checkpoints: 2})
+		// a queues 4 decode steps per call, b one: the same histories and results.
+		a, _ := openReal(t, dir, generate.Options{Backend: "cpu"}, Options{Context: 256, Checkpoints: 2, RoundsPerCall: 4})
 		b, _ := openReal(t, dir, generate.Options{Backend: "cpu"}, Options{Context: 256, Checkpoints: 2})
+		if a.eng.perCall != 4 || b.eng.perCall != 1 {
+			t.Fatalf("steps per call %d and %d, want 4 and the CPU's 1", a.eng.perCall, b.eng.perCall)
+		}
 		if withDraft && a.eng.draft == nil {
 			t.Fatal("the bundle's draft head was not loaded")
 		}
@@ -138,7 +143,7 @@ func TestRealParking(t *testing.T) {
 		next := append(slices.Clone(h[0]), gentest.IMEnd, '\n', gentest.IMStart, 'u', '\n', 'O', 'k', gentest.IMEnd, '\n', gentest.IMStart, 'a', '\n')
 		ra := runIDs(t, a, next, 10)
 		rb := runIDs(t, b, next, 10)
-		if ra.cachedTokens != len(h[0]) || rb.cachedTokens != 0 || ra.completionTokens != 10 || rb.completionTokens != 10 {
+		if ra.cachedTokens != len(h[0]) || rb.cachedTokens != 0 || ra.completionTokens != 10 || rb.completionTokens != 10 || ra.rounds != rb.rounds {
 			t.Fatalf("draft %v: cached %d and %d, want %d and 0; %d and %d tokens", withDraft, ra.cachedTokens, rb.cachedTokens, len(h[0]), ra.completionTokens, rb.completionTokens)
 		}
 		ha, hb := parked(a), parked(b)

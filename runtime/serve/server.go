@@ -90,6 +90,11 @@ type Options struct {
 	Prepare int
 	// PrefillChunk is the rows per prefill step (0: the backend's default).
 	PrefillChunk int
+	// RoundsPerCall is the most decode steps (speculative rounds) queued on the device per
+	// Session.Decode call, in [0, generate.MaxRoundsPerCall]; events are streamed between
+	// calls (generate.Request.RoundsPerCall has the trade-off). 0: 1 in New, the backend's
+	// default in Open (Runner.RoundsPerCall: 4 on a GPU, 1 on the CPU).
+	RoundsPerCall int
 	// KeepAlive is the interval of SSE keep-alive comments while a stream waits (default 5 s,
 	// lithos-metal.md §7.6).
 	KeepAlive time.Duration
@@ -216,6 +221,9 @@ func New(m Model, opt Options) (*Server, error) {
 	if opt.PrefillChunk < 0 {
 		return nil, fmt.Errorf("serve: prefill chunk %d must not be negative", opt.PrefillChunk)
 	}
+	if opt.RoundsPerCall < 0 || opt.RoundsPerCall > generate.MaxRoundsPerCall {
+		return nil, fmt.Errorf("serve: rounds per call %d: want 0 (the default) to %d", opt.RoundsPerCall, generate.MaxRoundsPerCall)
+	}
 	if opt.KeepAlive <= 0 {
 		opt.KeepAlive = 5 * time.Second
 	}
@@ -241,7 +249,7 @@ func New(m Model, opt Options) (*Server, error) {
 	}
 	s.eng = &engine{
 		target: m.Target, draft: m.Draft, draftSamp: opt.DraftSampling, confStop: opt.ConfidenceStop, eos: m.EOS, context: opt.Context, prefillChunk: opt.PrefillChunk,
-		maxEntries: max(opt.Checkpoints, 0), maxBytes: opt.CheckpointBytes, sessionBytes: sessionBytes,
+		perCall: max(opt.RoundsPerCall, 1), maxEntries: max(opt.Checkpoints, 0), maxBytes: opt.CheckpointBytes, sessionBytes: sessionBytes,
 		log: opt.Log, q: newQueue(opt.Queue), m: s.m,
 	}
 	// Check the session options once, and probe whether the backend's sessions can copy
@@ -292,6 +300,9 @@ func Open(ctx context.Context, dir string, ro generate.Options, opt Options) (*S
 	log.Info("model loaded", "bundle", dir, "backend", r.Backend.Name(), "draft", r.Draft != nil)
 	if len(opt.Names) == 0 {
 		opt.Names = []string{BundleName(dir)}
+	}
+	if opt.RoundsPerCall == 0 {
+		opt.RoundsPerCall = r.RoundsPerCall(0)
 	}
 	s, err := New(Model{Target: r.Target, Tokenizer: r.Tokenizer, Chat: r.Chat, EOS: r.EOS, MaxContext: r.MaxContext, Draft: r.Draft}, opt)
 	if err != nil {
