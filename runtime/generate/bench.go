@@ -62,7 +62,8 @@ type BenchPasses struct {
 	// TargetBytesPerPass. Draft is the drafter's part (Speculative.DraftMSPerRound), floor
 	// DraftBytesPerRound. Round is a full round's wall clock as the host saw it, everything
 	// included: the speculative run's decode time ÷ its passes, floor TargetBytesPerPass +
-	// DraftBytesPerRound.
+	// DraftBytesPerRound (the decode time includes any round queued behind the one that
+	// reached MaxTokens, which commits nothing: Request.RoundsPerCall).
 	Verify *PassTime `json:"verify,omitempty"`
 	Draft  *PassTime `json:"draft,omitempty"`
 	Round  *PassTime `json:"round,omitempty"`

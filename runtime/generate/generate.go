@@ -517,10 +517,11 @@ type Request struct {
 	// stop strings between calls; a GPU backend's call copies the step state in, launches
 	// the steps' recorded programs back to back and waits once, so queuing more steps per
 	// call hides the host's share of a call (the launch, the copies, the wait) behind the
-	// device's work. The costs: tokens arrive in bursts of up to RoundsPerCall steps, and a
-	// generation that ends on an EOS, a stop string or a full context may have up to
-	// RoundsPerCall − 1 steps queued after the one that ended it: a GPU runs them (their
-	// kernels read the weights; their commits do nothing). Near MaxTokens a call queues
+	// device's work. The costs: tokens arrive in bursts of up to RoundsPerCall steps, and up
+	// to RoundsPerCall − 1 steps may be queued behind the one that ends a generation: after
+	// an EOS or a full context (the device sets Done) a GPU's kernels return at their done
+	// check, so such a step costs its launches only; a stop string is the host's, so the
+	// steps behind it run in full and their tokens are dropped. Near MaxTokens a call queues
 	// only the steps the tokens left need at the generation's rate so far (tokens per step,
 	// rounded down; before the first, the most a step can push), so that without a draft
 	// head MaxTokens wastes no step.
@@ -549,20 +550,27 @@ func (r *Runner) RoundsPerCall(n int) int {
 }
 
 // CallSteps returns the decode steps to queue in the next Session.Decode call of a session
-// whose step state is ss: perCall, fewer near StopAt — the steps the tokens left before it
-// need at the rate so far (tokens ÷ rounds, rounded down, at least 1; before the first round
-// stepTokens, the most one step pushes: 1, or B + 1 with a drafter). Without a draft head
+// whose step state is ss and ring ring (drained: the host calls it between calls): perCall,
+// at most the steps whose tokens the ring's free slots hold however many each pushes (free ÷
+// stepTokens, the most one step pushes: 1, or B + 1 with a drafter; at least 1), and fewer
+// near StopAt — the steps the tokens left before it need at the rate so far (tokens ÷
+// rounds, rounded down, at least 1; before the first round stepTokens). Without a draft head
 // the steps never pass StopAt.
-func CallSteps(ss *backend.StepState, perCall, tokens, rounds, stepTokens int) int {
+func CallSteps(ss *backend.StepState, ring *backend.Ring, perCall, tokens, rounds, stepTokens int) int {
+	stepTokens = max(stepTokens, 1)
 	steps := max(perCall, 1)
+	if ring != nil {
+		free := ring.Capacity() - int(ss.RingHead-ss.RingTail)
+		steps = min(steps, max(1, free/stepTokens))
+	}
 	if ss.StopAt == 0 {
 		return steps
 	}
-	left := int(int32(ss.StopAt - ss.RingHead))
+	left := int(int64(ss.StopAt) - int64(ss.RingHead))
 	if left < 1 {
 		return steps
 	}
-	rate := max(stepTokens, 1)
+	rate := stepTokens
 	if rounds > 0 {
 		rate = max(1, tokens/rounds)
 	}
@@ -851,13 +859,15 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 		}
 		head, step := ss.RingHead, ss.Step
 		t := time.Now()
-		err := sess.Decode(ctx, CallSteps(ss, perCall, decodeTokens, res.Rounds, stepTokens))
+		err := sess.Decode(ctx, CallSteps(ss, sess.Ring(), perCall, decodeTokens, res.Rounds, stepTokens))
 		decodeTime += time.Since(t)
 		// A step that pushed tokens committed them (Step counts the committed steps).
 		res.Rounds += int(ss.Step - step)
 		decodeTokens += int(ss.RingHead - head)
 		if err != nil {
-			return done(err)
+			// The steps before the failed or cancelled one pushed their tokens: keep them.
+			buf = sess.Ring().Drain(ss, buf[:0])
+			return done(errors.Join(err, out.add(buf)))
 		}
 	}
 	return done(nil)

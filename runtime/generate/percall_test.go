@@ -2,6 +2,7 @@ package generate
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -107,7 +108,9 @@ func TestRoundsPerCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.FinishReason != FinishEOS || !slices.Equal(res.Tokens, want[:at]) || res.Rounds != at || sum(calls)-res.Rounds > 7 {
+	// The call that ran the EOS step was the last one: no call after it.
+	if res.FinishReason != FinishEOS || !slices.Equal(res.Tokens, want[:at]) || res.Rounds != at ||
+		!(sum(calls[:len(calls)-1]) < res.Rounds && res.Rounds <= sum(calls)) {
 		t.Fatalf("EOS at %d: %s, %v, %d rounds, calls %v", at, res.FinishReason, res.Tokens, res.Rounds, calls)
 	}
 
@@ -122,26 +125,80 @@ func TestRoundsPerCall(t *testing.T) {
 	}
 }
 
-// TestCallSteps: the steps of one call for the tokens left before StopAt at the rate so far.
+// TestCallSteps: the steps of one call for the tokens left before StopAt at the rate so far,
+// within the ring's free slots.
 func TestCallSteps(t *testing.T) {
 	for _, c := range []struct {
-		head, stopAt                              uint32
+		head, tail, stopAt                        uint32
+		ring                                      int // capacity; 0: no ring
 		perCall, tokens, rounds, stepTokens, want int
 	}{
-		{0, 0, 4, 0, 0, 8, 4},      // no StopAt
-		{10, 42, 4, 0, 0, 8, 4},    // 32 left, 8 a step at most: 4
-		{10, 20, 4, 0, 0, 8, 2},    // 10 left: ⌈10/8⌉
-		{10, 20, 16, 9, 9, 8, 10},  // one token a round so far: the 10 left
-		{10, 20, 16, 40, 10, 8, 3}, // 4 a round: ⌈10/4⌉
-		{10, 20, 16, 5, 10, 8, 10}, // under 1 a round counts as 1
-		{10, 10, 4, 0, 0, 1, 4},    // at StopAt (the device sets done): unchanged
-		{1 << 31, 1<<31 + 3, 8, 0, 0, 1, 3},
-		{0xfffffffe, 2, 8, 0, 0, 1, 4}, // the ring sequence wraps
-		{5, 9, 0, 0, 0, 1, 1},          // perCall below 1 counts as 1
+		{0, 0, 0, 0, 4, 0, 0, 8, 4},           // no StopAt
+		{10, 10, 42, 0, 4, 0, 0, 8, 4},        // 32 left, 8 a step at most: 4
+		{10, 10, 20, 0, 4, 0, 0, 8, 2},        // 10 left: ⌈10/8⌉
+		{10, 10, 20, 0, 16, 9, 9, 8, 10},      // one token a round so far: the 10 left
+		{10, 10, 20, 0, 16, 40, 10, 8, 3},     // 4 a round: ⌈10/4⌉
+		{10, 10, 20, 0, 16, 5, 10, 8, 10},     // under 1 a round counts as 1
+		{10, 10, 10, 0, 4, 0, 0, 1, 4},        // at StopAt (the device sets done): unchanged
+		{5, 5, 9, 0, 0, 0, 0, 1, 1},           // perCall below 1 counts as 1
+		{0, 0, 0, 4096, 64, 0, 0, 65, 63},     // 64 rounds of a block of 64 would overflow 4096 slots
+		{100, 40, 0, 128, 8, 0, 0, 8, 8},      // 68 free slots: 8 rounds of 8
+		{100, 40, 0, 100, 8, 0, 0, 8, 5},      // 40 free: 5
+		{100, 10, 0, 100, 8, 0, 0, 8, 1},      // 10 free: one round (a full ring is the device's to report)
+		{100, 100, 1000, 4096, 8, 0, 0, 1, 8}, // an empty ring holds them
 	} {
-		ss := backend.StepState{RingHead: c.head, StopAt: c.stopAt}
-		if got := CallSteps(&ss, c.perCall, c.tokens, c.rounds, c.stepTokens); got != c.want {
+		ss := backend.StepState{RingHead: c.head, RingTail: c.tail, StopAt: c.stopAt}
+		var ring *backend.Ring
+		if c.ring > 0 {
+			ring = backend.NewRing(c.ring)
+		}
+		if got := CallSteps(&ss, ring, c.perCall, c.tokens, c.rounds, c.stepTokens); got != c.want {
 			t.Errorf("%+v: %d steps, want %d", c, got, c.want)
 		}
+	}
+}
+
+// cancelTarget's sessions run the first call's first two steps, then cancel the generation's
+// context and fail the call with its error, as a cancellation inside a call of several steps
+// does on the CPU backend.
+type cancelTarget struct {
+	backend.Target
+	cancel context.CancelFunc
+}
+
+func (c cancelTarget) NewSession(o backend.SessionOptions) (backend.Session, error) {
+	s, err := c.Target.NewSession(o)
+	if err != nil {
+		return nil, err
+	}
+	return &cancelSession{Session: s, cancel: c.cancel}, nil
+}
+
+type cancelSession struct {
+	backend.Session
+	cancel context.CancelFunc
+}
+
+func (s *cancelSession) Decode(ctx context.Context, steps int) error {
+	if err := s.Session.Decode(ctx, min(steps, 2)); err != nil {
+		return err
+	}
+	s.cancel()
+	return ctx.Err()
+}
+
+// TestCancelInsideCall: the tokens of the steps a cancelled call completed are in the result.
+func TestCancelInsideCall(t *testing.T) {
+	r := openFixture(t, gentest.Options{})
+	want := golden(t)["greedy.11"]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.Target = cancelTarget{Target: r.Target, cancel: cancel}
+	res, err := r.Generate(ctx, Request{PromptIDs: golden(t)["prompt.11"], MaxTokens: 32, Sampling: greedy, RoundsPerCall: 8})
+	if !errors.Is(err, context.Canceled) || res == nil || res.FinishReason != FinishCancelled {
+		t.Fatalf("Generate = %+v, %v; want the result so far and context.Canceled", res, err)
+	}
+	if res.Rounds != 2 || !slices.Equal(res.Tokens, want[:3]) {
+		t.Fatalf("%d rounds, tokens %v; want 2 rounds and the prefill's token and theirs, %v", res.Rounds, res.Tokens, want[:3])
 	}
 }

@@ -122,8 +122,16 @@ func chatStream(t *testing.T, ts *testServer, body string) ([]map[string]any, bo
 	return chunks, done
 }
 
+// TestChatStream: a streamed chat completion (usage chunk, stop sequences never streamed), with
+// one decode step per call and with 4 (Options.RoundsPerCall): the same stream.
 func TestChatStream(t *testing.T) {
-	ts := newTestServer(t, Options{}, nil)
+	for _, k := range []int{0, 4} {
+		t.Run(fmt.Sprintf("rounds-per-call-%d", k), func(t *testing.T) { testChatStream(t, k) })
+	}
+}
+
+func testChatStream(t *testing.T, perCall int) {
+	ts := newTestServer(t, Options{RoundsPerCall: perCall}, nil)
 	chunks, done := chatStream(t, ts, `{"model":"tiny","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hi"}]}`)
 	if !done || len(chunks) < 4 {
 		t.Fatalf("done %v, %d chunks", done, len(chunks))

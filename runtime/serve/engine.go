@@ -314,11 +314,17 @@ func (e *engine) generate(j *job, sess backend.Session, hist []int32, res *genRe
 		}
 		head, step := ss.RingHead, ss.Step
 		t := time.Now()
-		err := sess.Decode(j.ctx, generate.CallSteps(ss, e.perCall, decodeTokens, res.rounds, stepTokens))
+		err := sess.Decode(j.ctx, generate.CallSteps(ss, ring, e.perCall, decodeTokens, res.rounds, stepTokens))
 		decodeTime += time.Since(t)
 		// A step that pushed tokens committed them (Step counts the committed steps).
 		res.rounds += int(ss.Step - step)
 		decodeTokens += int(ss.RingHead - head)
+		if err != nil {
+			// The steps before the failed or cancelled one committed their tokens: the
+			// history keeps them (a parked session's state is its history).
+			buf = ring.Drain(ss, buf[:0])
+			*all = append(*all, buf...)
+		}
 		if err != nil {
 			if !fail(err) {
 				return false

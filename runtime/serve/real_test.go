@@ -144,7 +144,7 @@ func TestRealParking(t *testing.T) {
 		ra := runIDs(t, a, next, 10)
 		rb := runIDs(t, b, next, 10)
 		if ra.cachedTokens != len(h[0]) || rb.cachedTokens != 0 || ra.completionTokens != 10 || rb.completionTokens != 10 || ra.rounds != rb.rounds {
-			t.Fatalf("draft %v: cached %d and %d, want %d and 0; %d and %d tokens", withDraft, ra.cachedTokens, rb.cachedTokens, len(h[0]), ra.completionTokens, rb.completionTokens)
+			t.Fatalf("draft %v: cached %d and %d, want %d and 0; %d and %d tokens in %d and %d rounds", withDraft, ra.cachedTokens, rb.cachedTokens, len(h[0]), ra.completionTokens, rb.completionTokens, ra.rounds, rb.rounds)
 		}
 		ha, hb := parked(a), parked(b)
 		if len(ha) != 1 || len(hb) != 1 || !slices.Equal(ha[0], hb[0]) {
