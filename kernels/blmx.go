@@ -32,7 +32,8 @@ const BLMXShared = 224 << 10
 
 // BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes: the simdgroups' token
 // maxima and Σx² partials (16·8 words each), the part's 8 Σx² (Norm) and, with Push, every
-// rank's 8 (BLMMaxClusters·8 words) and the receive barrier (8 bytes). A device needs
+// rank's 8 (BLMMaxClusters·8 words) and the receive barrier (8 bytes; both only where the
+// kernels are built with clusters, BLM_CLUSTER). A device needs
 // BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels (1,320).
 const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4 + BLMMaxClusters*8*4 + 8
 
@@ -212,6 +213,38 @@ type BLMXDevice struct {
 	Active     [BLMMaxClusters + 1]int
 	// NoPush makes NewBLMXParams's splits Push 0 (A/B runs: LITHOS_CUDA_PUSH=0 on CUDA).
 	NoPush bool
+	// ClusterFirst is the cluster size NewBLMXParams tries first, for both formats (2, 4 or
+	// 8; A/B runs: LITHOS_CUDA_CLUSTER_FIRST on CUDA); 0 takes each format's (blmxOrder).
+	ClusterFirst int
+}
+
+// blmxOrder is the order in which NewBLMXParams tries cluster sizes for format fc on d: FP8
+// clusters of 4, then 2, 8; NVFP4 2, then 4, 8; then 1 (no cluster). Measured on the H200 at
+// the 27B's shapes with the pushed partial sums (docs/performance.md §8.10): the 8-row verify
+// pass 10.96 → 10.76 ms with the FP8 products in clusters of 4 (lithos-run bench, same run);
+// alone (BenchmarkBLMXShapes, two runs) attention qkv and out_proj/o_proj were 0.9–2.1 µs
+// faster in clusters of 4 (30 × 4 = 120 multiprocessors, a quarter of K per rank to stage)
+// than of 2 (66 × 2 = 132, half of K), in_proj_qkvz within the runs' noise (−1.3, +2.0 µs),
+// NVFP4 gate_up 1.6–1.7 µs slower (its 100 MB keep 132 multiprocessors busy); down needs 4.
+// d.ClusterFirst, when set, comes first for both; a device without clusters tries 1 only.
+func blmxOrder(fc uint32, d BLMXDevice) []int {
+	if max(d.MaxCluster, 1) == 1 {
+		return []int{1}
+	}
+	first := 2
+	if fc == blmxFP8 {
+		first = 4
+	}
+	if d.ClusterFirst > 1 {
+		first = d.ClusterFirst
+	}
+	order := []int{first}
+	for _, c := range []int{2, 4, 8} {
+		if c != first {
+			order = append(order, c)
+		}
+	}
+	return append(order, 1)
 }
 
 // Groups returns how many clusters of c threadgroups d runs at once: Active[c], or SMs/c when
@@ -283,12 +316,18 @@ func (p BLMXParams) ClusterDims() [3]uint32 { return [3]uint32{max(p.Cl, 1), 1, 
 func blmxFormat(f formats.Format) (uint32, bool) {
 	switch f {
 	case formats.NVFP4:
-		return 1, true
+		return blmxNVFP4, true
 	case formats.FP8:
-		return 2, true
+		return blmxFP8, true
 	}
 	return 0, false
 }
+
+// BLMXParams.Format's values: the kernels' FMT_NVFP4 and FMT_FP8 (ops/common.kern).
+const (
+	blmxNVFP4 = 1
+	blmxFP8   = 2
+)
 
 // blmxGeom is what the split and the checks derive from a record's shape.
 type blmxGeom struct {
@@ -342,12 +381,10 @@ func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool)
 // NewBLMXParams returns the record of matrix g (a format with an MMA-layout kernel: nvfp4 with
 // 16-column groups, fp8_e4m3) for rows activation rows (1–16; set RowsWord for a dynamic count),
 // contiguous x and y (LdX = K, LdY = N, or N/2 for EpiSwiGLU), no done word, and the work split
-// for device d: clusters of 2 threadgroups, else of 4, else of 8 (the first whose K parts fit
-// BLMXShared and that d runs at once), else — on a device without clusters, or when none fits —
-// 1, as many clusters as d runs; Push where its receive area fits (TrySplit), unless d.NoPush.
-// Measured on the H200 at the 27B's shapes (BenchmarkBLMXShapes,
-// docs/performance.md §3.3j: clusters of 2 were the fastest or within 4 % of it on every shape
-// where they fit; down, whose activations need K in at least 4 parts, took 4). The split
+// for device d: the first cluster size of blmxOrder (FP8 4, 2, 8; NVFP4 2, 4, 8) whose K parts
+// fit BLMXShared and that d runs at once, else — on a device without clusters, or when none
+// fits — 1, as many clusters as d runs; Push where its receive area fits (TrySplit), unless
+// d.NoPush. Measured on the H200 at the 27B's shapes (BenchmarkBLMXShapes; blmxOrder). The split
 // depends on the shape and the device only, never on the row count (a decode step and a verify
 // pass sum in the same order). Errors: the format, rows, a matrix ≥ 4 GiB, no split that fits,
 // the SwiGLU epilogue over N not a multiple of 16.
@@ -377,11 +414,7 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 		p.LdY = uint32(g.N / 2)
 	}
 	found := false
-	order := []int{2, 4, 8, 1}
-	if max(d.MaxCluster, 1) == 1 {
-		order = []int{1}
-	}
-	for _, c := range order {
+	for _, c := range blmxOrder(fc, d) {
 		if c > max(d.MaxCluster, 1) {
 			continue
 		}

@@ -142,8 +142,10 @@ func TestBLMXCopyRefusals(t *testing.T) {
 
 // TestBLMXSplit27B: the split NewBLMXParams chooses for the 27B's matrices on an H200 (132
 // multiprocessors, clusters of 8) fits, covers every chunk, is the same for 1, 8 and 16 rows,
-// and is the measured one (docs/performance.md §3.3j): clusters of 2, for down 4; every shape but
-// the LM head, whose slots leave no room for a receive area, pushes its partial sums (Push).
+// and is the measured one (blmxOrder, docs/performance.md §8.10): NVFP4 in clusters of 2, down
+// (whose activations need K in at least 4 parts) 4, FP8 4; every shape but the LM head, whose
+// slots leave no room for a receive area, pushes its partial sums (Push). ClusterFirst 2 gives
+// the earlier sessions' splits (2 wherever it fits), 8 clusters of 8 where they fit.
 func TestBLMXSplit27B(t *testing.T) {
 	h200 := BLMXDevice{SMs: 132, MaxCluster: 8}
 	for _, c := range []struct {
@@ -153,13 +155,15 @@ func TestBLMXSplit27B(t *testing.T) {
 		epi  uint32
 		cl   uint32
 		push uint32
+		cl2  uint32 // with ClusterFirst 2
+		cl8  uint32 // with ClusterFirst 8 (K in 8 parts of whole groups does not fit K = 5120 of NVFP4)
 	}{
-		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU, 2, 1},
-		{"down", formats.NVFP4, 5120, 17408, EpiStore, 4, 1},
-		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore, 2, 0},
-		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore, 2, 1},
-		{"attention qkv", formats.FP8, 14336, 5120, EpiStore, 2, 1},
-		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd, 2, 1},
+		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU, 2, 1, 2, 2},
+		{"down", formats.NVFP4, 5120, 17408, EpiStore, 4, 1, 4, 8},
+		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore, 2, 0, 2, 2},
+		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore, 4, 1, 2, 8},
+		{"attention qkv", formats.FP8, 14336, 5120, EpiStore, 4, 1, 2, 8},
+		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd, 4, 1, 2, 8},
 	} {
 		g, err := blm.NewGeometry(blm.Spec{Format: c.f, N: c.n, K: c.k})
 		if err != nil {
@@ -189,6 +193,17 @@ func TestBLMXSplit27B(t *testing.T) {
 			}
 			if p.Cl != first.Cl || p.Groups != first.Groups || p.PartChunks != first.PartChunks || p.Slots != first.Slots || p.Push != first.Push {
 				t.Fatalf("%s: %d rows split %+v, 1 row %+v", c.name, rows, p, first)
+			}
+		}
+		for _, f := range []struct{ first, want uint32 }{{2, c.cl2}, {8, c.cl8}} {
+			d := h200
+			d.ClusterFirst = int(f.first)
+			p, err := NewBLMXParams(g, 8, c.epi, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Validate(); err != nil || p.Cl != f.want {
+				t.Fatalf("%s with clusters of %d first: clusters of %d (%v), want %d", c.name, f.first, p.Cl, err, f.want)
 			}
 		}
 	}

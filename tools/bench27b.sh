@@ -12,7 +12,8 @@
 # docs/performance.md §3.3j; noov with LITHOS_CUDA_OVERLAP=0: no programmatic dependent launch,
 # §3.3k; nopush with LITHOS_CUDA_PUSH=0: the MMA-layout products' clusters read each other's
 # partial sums instead of pushing them, §3.3o; rpcN with --rounds-per-call N: N decode steps
-# queued per device call, §8.10),
+# queued per device call, §8.10; cfN with LITHOS_CUDA_CLUSTER_FIRST=N: the MMA-layout products
+# try clusters of N first, cf2 being the split before §8.10),
 # optionally the first-use self-check of --backend auto (SELFCHECK=1), and Nsight Compute's
 # per-kernel durations of a speculative generate (NCU=1; ncu.csv.gz in $OUT, summed per kernel
 # and grid as in §8.2). SNAPSHOT=N adds `--snapshot N` (a prefix checkpoint of N tokens copied out
@@ -40,6 +41,7 @@ for mode in ${MODES:-on off}; do
   if [ "$mode" = blm ]; then export LITHOS_CUDA_MMA=0; else unset LITHOS_CUDA_MMA; fi
   if [ "$mode" = noov ]; then export LITHOS_CUDA_OVERLAP=0; else unset LITHOS_CUDA_OVERLAP; fi
   if [ "$mode" = nopush ]; then export LITHOS_CUDA_PUSH=0; else unset LITHOS_CUDA_PUSH; fi
+  case "$mode" in cf*) export LITHOS_CUDA_CLUSTER_FIRST=${mode#cf} ;; *) unset LITHOS_CUDA_CLUSTER_FIRST ;; esac
   rpc=0
   case "$mode" in rpc*) rpc=${mode#rpc} ;; esac
   ./lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 --rounds-per-call $rpc ${SNAPSHOT:+--snapshot $SNAPSHOT} --json >"$OUT/bench-$mode.json" 2>"$OUT/bench-$mode.err"
@@ -50,7 +52,7 @@ print('$mode', 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'p
 n=d.get('snapshot')
 if n: print('$mode', 'snapshot %d tokens %.1f MB: out %.1f ms (%.2f GB/s), back %.1f ms (%.2f GB/s), no-sample prefill %.0f ms'%(n['tokens'],n['bytes']/1e6,n['snapshot_seconds']*1e3,n['snapshot_gb_per_s'],n['restore_seconds']*1e3,n['restore_gb_per_s'],n['prefill_seconds']*1e3))"
 done
-unset LITHOS_CUDA_CLUSTERS LITHOS_CUDA_MMA LITHOS_CUDA_OVERLAP LITHOS_CUDA_PUSH
+unset LITHOS_CUDA_CLUSTERS LITHOS_CUDA_MMA LITHOS_CUDA_OVERLAP LITHOS_CUDA_PUSH LITHOS_CUDA_CLUSTER_FIRST
 if [ "${SELFCHECK:-0}" = 1 ]; then
   LITHOS_SELFCHECK=force ./lithos-run generate q.lithos --prompt-ids 1,2,3 --max-tokens 4 --json >"$OUT/selfcheck.json" 2>"$OUT/selfcheck.err"
   echo "selfcheck+generate rc=$?"

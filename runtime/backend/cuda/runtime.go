@@ -44,8 +44,8 @@ func (r *runtimeDevice) String() string { return describe(r.d.Info) }
 
 // describe is runtimeDevice.String of a device with info (UsableDevice gives the same). The
 // A/B switches that change which kernels run (LITHOS_CUDA_FRAGMENT=0, LITHOS_CUDA_CLUSTERS=0,
-// LITHOS_CUDA_MMA=0, LITHOS_CUDA_OVERLAP=0, LITHOS_CUDA_PUSH=0) are part of it, so that a
-// self-check verdict is not reused across them.
+// LITHOS_CUDA_MMA=0, LITHOS_CUDA_OVERLAP=0, LITHOS_CUDA_PUSH=0, LITHOS_CUDA_CLUSTER_FIRST) are
+// part of it, so that a self-check verdict is not reused across them.
 func describe(info Info) string {
 	nv := "unknown"
 	if major, minor, err := NVRTCVersion(); err == nil {
@@ -67,7 +67,21 @@ func describe(info Info) string {
 	if !pushOn() {
 		s += ", pushed partial sums off"
 	}
+	if c := clusterFirst(); c != 0 {
+		s += fmt.Sprintf(", clusters of %d first", c)
+	}
 	return s
+}
+
+// clusterFirst is the cluster size the MMA-layout work split tries first for every format
+// (kernels.BLMXDevice.ClusterFirst): $LITHOS_CUDA_CLUSTER_FIRST when it is 2, 4 or 8 (A/B
+// runs), else 0 (each format's order, kernels.NewBLMXParams).
+func clusterFirst() int {
+	switch v := os.Getenv("LITHOS_CUDA_CLUSTER_FIRST"); v {
+	case "2", "4", "8":
+		return int(v[0] - '0')
+	}
+	return 0
 }
 
 // pushOn reports whether the MMA-layout products' clusters push their partial sums into the
@@ -128,9 +142,10 @@ func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
 // clusters of up to kernels.BLMMaxClusters with the count of each size that runs at once
 // (ks.MaxActiveClusters of the NVFP4 kernel: both formats' kernels take the same threadgroup
 // memory, which decides it; 0 from the driver is "none fits", a query it cannot answer leaves
-// the size to the multiprocessor count), and NoPush with LITHOS_CUDA_PUSH=0.
+// the size to the multiprocessor count), NoPush with LITHOS_CUDA_PUSH=0 and ClusterFirst from
+// LITHOS_CUDA_CLUSTER_FIRST (clusterFirst).
 func mmaDevice(d *Device, ks *Kernels, clusters bool) kernels.BLMXDevice {
-	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1, NoPush: !pushOn()}
+	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1, NoPush: !pushOn(), ClusterFirst: clusterFirst()}
 	if !clusters {
 		return dev
 	}
