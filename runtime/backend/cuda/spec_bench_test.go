@@ -123,6 +123,20 @@ func BenchmarkSpecRound(b *testing.B) {
 	if rounds != steps {
 		b.Fatalf("%d rounds ran of %d (stats %+v)", rounds, steps, st1)
 	}
+	// A call that queued steps past the one that ends a generation (runtime/generate's
+	// RoundsPerCall): StopAt one token ahead, so the first step sets Done and the other
+	// steps−1 return at their kernels' done checks; their cost is what an EOS wastes.
+	afterDone := func(s *gpu.Session, tStep time.Duration) time.Duration {
+		ss := s.State()
+		ss.StopAt = ss.RingHead + 1
+		t := timeCalls(s, steps)
+		if ss.Done == 0 {
+			b.Fatalf("the session is not done after StopAt (state %+v)", *ss)
+		}
+		return (steps*t - tStep) / (steps - 1)
+	}
+	tPlainDone := afterDone(plain, tPlain)
+	b.ReportMetric(float64(tPlainDone.Microseconds()), "us/plain-step-after-done")
 	tDraft := (st1.DraftTime - st0.DraftTime) / time.Duration(rounds)
 	tVerify := (st1.VerifyTime - st0.VerifyTime) / time.Duration(rounds)
 	gbps := floor.GBps() * 1e9
@@ -136,6 +150,10 @@ func BenchmarkSpecRound(b *testing.B) {
 		tPlain, floorOf(step), floorOf(step).Seconds()/tPlain.Seconds(), tSampled, tRound, floorOf(roundBytes), float64(roundBytes)/1e9,
 		floorOf(roundBytes).Seconds()/tRound.Seconds(), tDraft, floorOf(head+lmHead), floorOf(head+lmHead).Seconds()/tDraft.Seconds(),
 		tVerify, floorOf(step), floorOf(step).Seconds()/tVerify.Seconds(), tRound.Seconds()/tVerify.Seconds(), rounds, st1.RoundTokens-st0.RoundTokens)
+	tRoundDone := afterDone(spec, tRound)
+	b.ReportMetric(float64(tRoundDone.Microseconds()), "us/round-after-done")
+	b.Logf("queued behind the step that set done: a plain step %v (%.3f of a step), a round %v (%.3f of a round)",
+		tPlainDone, tPlainDone.Seconds()/tPlain.Seconds(), tRoundDone, tRoundDone.Seconds()/tRound.Seconds())
 }
 
 // makeSliceWithHead writes the first layers of the 27B-shaped target and the 27B-shaped DSpark
