@@ -172,6 +172,53 @@ func TestFiberConv(t *testing.T) {
 	closeTo(t, "conv new state", bytesF32(res[sb])[(K-1)*C:], wantSt, 0, 0)
 }
 
+// TestFiberConvNorm: the conv with the q/k L2 norm in its launch (ConvParams.NormGroups) writes
+// bit for bit what the conv and then lithos_l2norm write, for groups of 32, 64 and 128 channels
+// (the golden models' 64, the 27B's 128), the first groups scaled by Post; the other channels
+// and the new state are the conv's alone.
+func TestFiberConvNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	const rows, K = 3, 4
+	for _, c := range []struct{ C, D, groups, post uint32 }{{640, 128, 4, 2}, {512, 64, 4, 2}, {256, 32, 8, 3}} {
+		x := randVec(r, rows*int(c.C), 2)
+		w := randVec(r, int(c.C)*K, 1)
+		st := randVec(r, (K-1)*int(c.C), 2)
+		state := append(append([]float32(nil), st...), make([]float32, (K-1)*int(c.C))...)
+		base := ConvParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Channels: c.C, KernelSize: K, Slot: 0, SlotWord: NoWord,
+			WriteOut: 1, LdX: c.C, LdY: c.C}
+		l2 := L2NormParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Groups: c.groups, D: c.D, Ld: c.C, Eps: 1e-6,
+			Post: float32(1 / math.Sqrt(float64(c.D))), PostGroups: c.post}
+		var j job
+		sb, y := j.f32(state), j.poison(rows*int(c.C))
+		j.launch(t, "lithos_conv", base.Grid(), j.buf(zeroCtl), j.buf(Record(base)), j.f32(x), j.f32(w), sb, y)
+		j.launch(t, "lithos_l2norm", l2.Grid(), j.buf(zeroCtl), j.buf(Record(l2)), y)
+		res := j.mustRun(t)
+		want, wantSt := bytesF32(res[y]), bytesF32(res[sb])
+
+		fused := base
+		fused.NormGroups, fused.NormD, fused.NormPostGroups, fused.NormEps, fused.NormPost = c.groups, c.D, c.post, l2.Eps, l2.Post
+		if err := fused.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		var k job
+		sb2, y2 := k.f32(state), k.poison(rows*int(c.C))
+		k.launch(t, "lithos_conv", fused.Grid(), k.buf(zeroCtl), k.buf(Record(fused)), k.f32(x), k.f32(w), sb2, y2)
+		res2 := k.mustRun(t)
+		name := fmt.Sprintf("conv + L2 norm, groups of %d", c.D)
+		closeTo(t, name, bytesF32(res2[y2]), want, 0, 0)
+		closeTo(t, name+": new state", bytesF32(res2[sb2]), wantSt, 0, 0)
+		// The normalized groups have unit norm (times Post): the norm ran.
+		g := bytesF32(res2[y2])[:c.D]
+		var ss float64
+		for _, v := range g {
+			ss += float64(v) * float64(v)
+		}
+		if d := ss*float64(c.D) - 1; d > 1e-4 || d < -1e-4 {
+			t.Fatalf("%s: the first group's Σy²·D = %v, want 1", name, ss*float64(c.D))
+		}
+	}
+}
+
 func TestFiberAttention(t *testing.T) {
 	r := rand.New(rand.NewPCG(25, 26))
 	s := model.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 48}

@@ -370,6 +370,14 @@ func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, ceilDiv(p.VDim,
 // in two slots [2, KernelSize−1, Channels] (slots as GDNParams). x: [rows, LdX] (Channels values),
 // w: [Channels, KernelSize], y: [rows, LdY] (written when WriteOut ≠ 0). Kernel lithos_conv,
 // buffers x, w, state, y.
+//
+// NormGroups > 0 (with WriteOut) also L2-normalizes each row's first NormGroups groups of
+// NormD outputs in the same launch, as lithos_l2norm would after it (L2NormParams over y with
+// Groups = NormGroups, D = NormD, Eps = NormEps, Post = NormPost, PostGroups =
+// NormPostGroups: the GDN queries and keys), bit for bit: each group's Σy² is summed in the
+// same order (a warp sum per 32 channels, then the group's warps in order). NormD is 32, 64,
+// 128 or 256 (whole warps within one threadgroup of convThreads), NormGroups·NormD a multiple
+// of convThreads (the threadgroups that normalize are full) and at most Channels.
 type ConvParams struct {
 	DoneWord                uint32
 	Rows                    uint32
@@ -378,6 +386,9 @@ type ConvParams struct {
 	Slot, SlotWord, SlotXor uint32
 	WriteOut                uint32
 	LdX, LdY                uint32
+	NormGroups, NormD       uint32
+	NormPostGroups          uint32
+	NormEps, NormPost       float32
 }
 
 // Grid is one thread per channel: ⌈Channels/convThreads⌉ threadgroups.

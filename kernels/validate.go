@@ -394,7 +394,8 @@ func (p GDNParams) Validate() error {
 // Validate checks the record against the rules of lithos_conv: Rows, Channels, KernelSize ≥ 1
 // (KernelSize 0 makes the history K − 1 wrap); the state (2·(KernelSize−1)·Channels values), w
 // (Channels·KernelSize), x ([Rows, LdX], Channels values) and y (when WriteOut) within 32-bit
-// offsets; y's rows apart.
+// offsets; y's rows apart; with NormGroups the norm's rules (ConvParams), without it every Norm
+// field 0.
 func (p ConvParams) Validate() error {
 	c := vcheck{rec: "ConvParams"}
 	c.done(p.DoneWord)
@@ -410,6 +411,27 @@ func (p ConvParams) Validate() error {
 	if p.WriteOut != 0 {
 		c.span("LdY", uint64(p.Rows), uint64(p.LdY), ch, "(Rows−1)·LdY + Channels")
 		c.apart("LdY", p.Rows, uint64(p.LdY), ch, "Channels")
+	}
+	if p.NormGroups != 0 {
+		switch {
+		case p.WriteOut == 0:
+			c.failf("NormGroups", "is %d without WriteOut: the norm applies to the written outputs", p.NormGroups)
+		case p.NormD != 32 && p.NormD != 64 && p.NormD != 128 && p.NormD != 256:
+			c.failf("NormD", "is %d, want 32, 64, 128 or 256 (whole warps of one threadgroup of %d)", p.NormD, convThreads)
+		case uint64(p.NormGroups)*uint64(p.NormD)%convThreads != 0 || uint64(p.NormGroups)*uint64(p.NormD) > ch:
+			c.failf("NormGroups", "is %d groups of %d: want NormGroups·NormD a multiple of %d and at most Channels = %d", p.NormGroups, p.NormD, convThreads, p.Channels)
+		}
+		if p.NormPostGroups > p.NormGroups {
+			c.failf("NormPostGroups", "is %d, want at most NormGroups = %d", p.NormPostGroups, p.NormGroups)
+		}
+		if !(p.NormEps > 0 && p.NormEps < 1) {
+			c.failf("NormEps", "is %v, want a number in (0, 1)", p.NormEps)
+		}
+		if !(p.NormPost > 0 && p.NormPost < 1e30) {
+			c.failf("NormPost", "is %v, want a positive finite number", p.NormPost)
+		}
+	} else if p.NormD != 0 || p.NormPostGroups != 0 || p.NormEps != 0 || p.NormPost != 0 {
+		c.failf("NormGroups", "is 0 with NormD %d, NormPostGroups %d, NormEps %v, NormPost %v: want all 0 without the norm", p.NormD, p.NormPostGroups, p.NormEps, p.NormPost)
 	}
 	c.grid(p.Grid(), [3]string{"Channels", "", ""})
 	return c.err()

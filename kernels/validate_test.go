@@ -85,6 +85,9 @@ func backendRecords(t *testing.T, n int) []validator {
 		RMSNormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: 1, N: s27H, LdX: s27H, LdZ: s27H, LdY: s27H, Eps: 1e-6},
 		mm(formats.FP8, int(nz), s27H, EpiStore), mm(formats.FP8, 2*s27VH, s27H, EpiStore), mm(formats.FP8, s27H, int(vd), EpiAdd),
 		ConvParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Channels: cd, KernelSize: s27Conv, SlotWord: sw.WStep, WriteOut: 1, LdX: nz, LdY: cd},
+		// The same with the q/k L2 norm in its launch (runtime/backend/gpu's GDN layers).
+		ConvParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Channels: cd, KernelSize: s27Conv, SlotWord: sw.WStep, WriteOut: 1, LdX: nz, LdY: cd,
+			NormGroups: 2 * s27KH, NormD: s27KD, NormPostGroups: s27KH, NormEps: 1e-6, NormPost: 0.0884},
 		L2NormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: 2 * s27KH, D: s27KD, Ld: cd, Eps: 1e-6, Post: 1, PostGroups: s27KH},
 		GDNParams{DoneWord: done, Rows: N, RowsWord: rowsWord, KHeads: s27KH, VHeads: s27VH, KDim: s27KD, VDim: s27VD, SlotWord: sw.WStep,
 			WriteOut: 1, LdQK: cd, LdV: cd, LdGate: s27VH, LdOut: vd, Gates: 1, LdAB: 2 * s27VH},
@@ -167,6 +170,8 @@ func TestValidateRules(t *testing.T) {
 	gdn := GDNParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, KHeads: 2, VHeads: 4, KDim: 16, VDim: 32, WriteOut: 1,
 		LdQK: 192, LdV: 192, LdGate: 4, LdOut: 128}
 	conv := ConvParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Channels: 300, KernelSize: 4, WriteOut: 1, LdX: 300, LdY: 300}
+	convN := ConvParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Channels: 384, KernelSize: 4, WriteOut: 1, LdX: 384, LdY: 384,
+		NormGroups: 4, NormD: 64, NormPostGroups: 2, NormEps: 1e-6, NormPost: 0.125}
 	at := AttnParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Heads: 4, KVHeads: 2, HeadDim: 48,
 		LdQ: 192, LdO: 192, LdKV: 96, Part: 32, Parts: 3, Scale: 0.1}
 	kv := KVAppendParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Width: 96, LdK: 96, LdV: 96, LdC: 96, Capacity: 80}
@@ -268,6 +273,15 @@ func TestValidateRules(t *testing.T) {
 		{"conv channels 0", mut(conv, func(p *ConvParams) { p.Channels = 0 }), "ConvParams.Channels: is 0"},
 		{"conv state wraps", mut(conv, func(p *ConvParams) { p.KernelSize = 1 << 23 }), "ConvParams.KernelSize: the state"},
 		{"conv y overlap", mut(conv, func(p *ConvParams) { p.LdY = 299 }), "ConvParams.LdY: is 299"},
+		{"conv norm", mut(convN, func(p *ConvParams) {}), ""},
+		{"conv norm without output", mut(convN, func(p *ConvParams) { p.WriteOut = 0 }), "ConvParams.NormGroups: is 4 without WriteOut"},
+		{"conv norm width 96", mut(convN, func(p *ConvParams) { p.NormD = 96 }), "ConvParams.NormD: is 96"},
+		{"conv norm partial threadgroup", mut(convN, func(p *ConvParams) { p.NormGroups = 3 }), "ConvParams.NormGroups: is 3 groups of 64"},
+		{"conv norm past the channels", mut(convN, func(p *ConvParams) { p.NormGroups = 8 }), "ConvParams.NormGroups: is 8 groups of 64"},
+		{"conv norm post groups", mut(convN, func(p *ConvParams) { p.NormPostGroups = 5 }), "ConvParams.NormPostGroups: is 5"},
+		{"conv norm eps 0", mut(convN, func(p *ConvParams) { p.NormEps = 0 }), "ConvParams.NormEps: is 0"},
+		{"conv norm post NaN", mut(convN, func(p *ConvParams) { p.NormPost = float32(math.NaN()) }), "ConvParams.NormPost: is NaN"},
+		{"conv norm fields without the norm", mut(conv, func(p *ConvParams) { p.NormD = 64 }), "ConvParams.NormGroups: is 0 with NormD 64"},
 
 		{"attn ok", at, ""},
 		{"attn block ok", mut(at, func(p *AttnParams) { p.Block = 1 }), ""},

@@ -488,12 +488,21 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 			e.what("layer %d (%v) conv1d", li, l.kind)
 			cv := kernels.ConvParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
 				Slot: 0, SlotWord: w.Step, SlotXor: 0, WriteOut: 1, LdX: uint32(nz), LdY: uint32(cd)}
-			e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
-			e.what("layer %d (%v) q/k L2 norm", li, l.kind)
-			// The queries (scaled by 1/√d_k) and the keys after them in one launch.
+			// The L2 norm of the queries (scaled by 1/√d_k) and the keys after them: in the
+			// conv's launch where its rules allow (kernels.ConvParams.NormGroups: the 27B's
+			// 128-wide heads), else one lithos_l2norm launch after it; the same values either way.
 			l2 := kernels.L2NormParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Groups: uint32(2 * c.KHeads), D: uint32(c.KDim),
 				Ld: uint32(cd), Eps: model.L2Eps, Post: float32(1 / math.Sqrt(float64(c.KDim))), PostGroups: uint32(c.KHeads)}
-			e.b.add("lithos_l2norm", l2, l2.Grid(), conv.Ptr)
+			fused := cv
+			fused.NormGroups, fused.NormD, fused.NormPostGroups, fused.NormEps, fused.NormPost = l2.Groups, l2.D, l2.PostGroups, l2.Eps, l2.Post
+			if fused.Validate() == nil {
+				e.what("layer %d (%v) conv1d and q/k L2 norm", li, l.kind)
+				e.b.add("lithos_conv", fused, fused.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
+			} else {
+				e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
+				e.what("layer %d (%v) q/k L2 norm", li, l.kind)
+				e.b.add("lithos_l2norm", l2, l2.Grid(), conv.Ptr)
+			}
 			e.what("layer %d (%v) gates and delta rule", li, l.kind)
 			// The gates (β, g) computed in the delta rule's launch and kept in beta, g for the
 			// commit replay (GDNParams.Gates).
