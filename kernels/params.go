@@ -375,9 +375,10 @@ func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, ceilDiv(p.VDim,
 // NormD outputs in the same launch, as lithos_l2norm would after it (L2NormParams over y with
 // Groups = NormGroups, D = NormD, Eps = NormEps, Post = NormPost, PostGroups =
 // NormPostGroups: the GDN queries and keys), bit for bit: each group's Σy² is summed in the
-// same order (a warp sum per 32 channels, then the group's warps in order). NormD is 32, 64,
-// 128 or 256 (whole warps within one threadgroup of convThreads), NormGroups·NormD a multiple
-// of convThreads (the threadgroups that normalize are full) and at most Channels.
+// same order (a warp sum per 32 channels, then the group's warps in order; lithos_l2norm's 128
+// threads hold one value each up to 128 channels). NormD is 32, 64 or 128, NormGroups·NormD a
+// multiple of convThreads (the threadgroups that normalize are full) and at most Channels; the
+// backends fall back to lithos_l2norm otherwise.
 type ConvParams struct {
 	DoneWord                uint32
 	Rows                    uint32

@@ -416,8 +416,8 @@ func (p ConvParams) Validate() error {
 		switch {
 		case p.WriteOut == 0:
 			c.failf("NormGroups", "is %d without WriteOut: the norm applies to the written outputs", p.NormGroups)
-		case p.NormD != 32 && p.NormD != 64 && p.NormD != 128 && p.NormD != 256:
-			c.failf("NormD", "is %d, want 32, 64, 128 or 256 (whole warps of one threadgroup of %d)", p.NormD, convThreads)
+		case p.NormD != 32 && p.NormD != 64 && p.NormD != 128:
+			c.failf("NormD", "is %d, want 32, 64 or 128 (whole warps, at most lithos_l2norm's 128 threads: one value per thread, its order)", p.NormD)
 		case uint64(p.NormGroups)*uint64(p.NormD)%convThreads != 0 || uint64(p.NormGroups)*uint64(p.NormD) > ch:
 			c.failf("NormGroups", "is %d groups of %d: want NormGroups·NormD a multiple of %d and at most Channels = %d", p.NormGroups, p.NormD, convThreads, p.Channels)
 		}

@@ -276,6 +276,7 @@ func TestValidateRules(t *testing.T) {
 		{"conv norm", mut(convN, func(p *ConvParams) {}), ""},
 		{"conv norm without output", mut(convN, func(p *ConvParams) { p.WriteOut = 0 }), "ConvParams.NormGroups: is 4 without WriteOut"},
 		{"conv norm width 96", mut(convN, func(p *ConvParams) { p.NormD = 96 }), "ConvParams.NormD: is 96"},
+		{"conv norm width 256 (not l2norm's order)", mut(convN, func(p *ConvParams) { p.NormD, p.NormGroups, p.Channels, p.LdX, p.LdY = 256, 1, 256, 256, 256 }), "ConvParams.NormD: is 256"},
 		{"conv norm partial threadgroup", mut(convN, func(p *ConvParams) { p.NormGroups = 3 }), "ConvParams.NormGroups: is 3 groups of 64"},
 		{"conv norm past the channels", mut(convN, func(p *ConvParams) { p.NormGroups = 8 }), "ConvParams.NormGroups: is 8 groups of 64"},
 		{"conv norm post groups", mut(convN, func(p *ConvParams) { p.NormPostGroups = 5 }), "ConvParams.NormPostGroups: is 5"},
