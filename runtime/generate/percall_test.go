@@ -13,28 +13,36 @@ import (
 	"lithos/runtime/generate/gentest"
 )
 
-// countingTarget is a target whose sessions record the steps each Decode call asked for.
-type countingTarget struct {
+// hookTarget is a target whose sessions' Decode calls go through decode (with the session
+// wrapped).
+type hookTarget struct {
 	backend.Target
-	calls *[]int
+	decode func(s backend.Session, ctx context.Context, steps int) error
 }
 
-func (c countingTarget) NewSession(o backend.SessionOptions) (backend.Session, error) {
-	s, err := c.Target.NewSession(o)
+func (h hookTarget) NewSession(o backend.SessionOptions) (backend.Session, error) {
+	s, err := h.Target.NewSession(o)
 	if err != nil {
 		return nil, err
 	}
-	return &countingSession{Session: s, calls: c.calls}, nil
+	return &hookSession{Session: s, decode: h.decode}, nil
 }
 
-type countingSession struct {
+type hookSession struct {
 	backend.Session
-	calls *[]int
+	decode func(s backend.Session, ctx context.Context, steps int) error
 }
 
-func (s *countingSession) Decode(ctx context.Context, steps int) error {
-	*s.calls = append(*s.calls, steps)
-	return s.Session.Decode(ctx, steps)
+func (s *hookSession) Decode(ctx context.Context, steps int) error {
+	return s.decode(s.Session, ctx, steps)
+}
+
+// countingTarget's sessions record the steps each Decode call asked for in *calls.
+func countingTarget(t backend.Target, calls *[]int) hookTarget {
+	return hookTarget{Target: t, decode: func(s backend.Session, ctx context.Context, steps int) error {
+		*calls = append(*calls, steps)
+		return s.Decode(ctx, steps)
+	}}
 }
 
 func sum(v []int) int {
@@ -66,7 +74,7 @@ func TestRoundsPerCall(t *testing.T) {
 	}
 	want := i32["greedy.11"]
 	var calls []int
-	r.Target = countingTarget{Target: r.Target, calls: &calls}
+	r.Target = countingTarget(r.Target, &calls)
 	for _, c := range []struct {
 		k       int
 		noDraft bool
@@ -158,42 +166,21 @@ func TestCallSteps(t *testing.T) {
 	}
 }
 
-// cancelTarget's sessions run the first call's first two steps, then cancel the generation's
-// context and fail the call with its error, as a cancellation inside a call of several steps
-// does on the CPU backend.
-type cancelTarget struct {
-	backend.Target
-	cancel context.CancelFunc
-}
-
-func (c cancelTarget) NewSession(o backend.SessionOptions) (backend.Session, error) {
-	s, err := c.Target.NewSession(o)
-	if err != nil {
-		return nil, err
-	}
-	return &cancelSession{Session: s, cancel: c.cancel}, nil
-}
-
-type cancelSession struct {
-	backend.Session
-	cancel context.CancelFunc
-}
-
-func (s *cancelSession) Decode(ctx context.Context, steps int) error {
-	if err := s.Session.Decode(ctx, min(steps, 2)); err != nil {
-		return err
-	}
-	s.cancel()
-	return ctx.Err()
-}
-
 // TestCancelInsideCall: the tokens of the steps a cancelled call completed are in the result.
 func TestCancelInsideCall(t *testing.T) {
 	r := openFixture(t, gentest.Options{})
 	want := golden(t)["greedy.11"]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r.Target = cancelTarget{Target: r.Target, cancel: cancel}
+	// The first call runs its first two steps, then the context is cancelled and the call
+	// fails with its error, as a cancellation inside a call of several steps does on the CPU.
+	r.Target = hookTarget{Target: r.Target, decode: func(s backend.Session, ctx context.Context, steps int) error {
+		if err := s.Decode(ctx, min(steps, 2)); err != nil {
+			return err
+		}
+		cancel()
+		return ctx.Err()
+	}}
 	res, err := r.Generate(ctx, Request{PromptIDs: golden(t)["prompt.11"], MaxTokens: 32, Sampling: greedy, RoundsPerCall: 8})
 	if !errors.Is(err, context.Canceled) || res == nil || res.FinishReason != FinishCancelled {
 		t.Fatalf("Generate = %+v, %v; want the result so far and context.Canceled", res, err)

@@ -496,10 +496,11 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 			fused := cv
 			fused.NormGroups, fused.NormD, fused.NormPostGroups, fused.NormEps, fused.NormPost = l2.Groups, l2.D, l2.PostGroups, l2.Eps, l2.Post
 			if fused.Validate() == nil {
+				cv = fused
 				e.what("layer %d (%v) conv1d and q/k L2 norm", li, l.kind)
-				e.b.add("lithos_conv", fused, fused.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
-			} else {
-				e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
+			}
+			e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
+			if cv.NormGroups == 0 {
 				e.what("layer %d (%v) q/k L2 norm", li, l.kind)
 				e.b.add("lithos_l2norm", l2, l2.Grid(), conv.Ptr)
 			}
