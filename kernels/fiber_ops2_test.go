@@ -166,7 +166,7 @@ func TestFiberConv(t *testing.T) {
 		WriteOut: 1, LdX: C, LdY: C}
 	var j job
 	sb, y := j.f32(state), j.poison(rows*C)
-	j.launch(t, "lithos_conv", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(x), j.f32(w), sb, y)
+	j.launch(t, "lithos_conv", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(x), j.f32(w), sb, y, sb, sb, sb, sb, sb)
 	res := j.mustRun(t)
 	closeTo(t, "conv out", bytesF32(res[y]), want, 1e-6, 1e-6)
 	closeTo(t, "conv new state", bytesF32(res[sb])[(K-1)*C:], wantSt, 0, 0)
@@ -175,22 +175,24 @@ func TestFiberConv(t *testing.T) {
 // TestFiberConvNorm: the conv with the q/k L2 norm in its launch (ConvParams.NormGroups) writes
 // bit for bit what the conv and then lithos_l2norm write, for groups of 32, 64 and 128 channels
 // (the golden models' 64, the 27B's 128), the first groups scaled by Post; the other channels
-// and the new state are the conv's alone.
+// and the new state are the conv's alone. 3 rows (part of one chunk of CONV_NORM_CHUNK = 8) and
+// 19 (two full chunks and a part: the third reuses the first's half of the warp sums).
 func TestFiberConvNorm(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
-	const rows, K = 3, 4
-	for _, c := range []struct{ C, D, groups, post uint32 }{{640, 128, 4, 2}, {512, 64, 4, 2}, {256, 32, 8, 3}} {
+	const K = 4
+	for _, c := range []struct{ rows, C, D, groups, post uint32 }{{3, 640, 128, 4, 2}, {3, 512, 64, 4, 2}, {3, 256, 32, 8, 3}, {19, 640, 128, 4, 2}, {19, 256, 32, 8, 3}} {
+		rows := int(c.rows)
 		x := randVec(r, rows*int(c.C), 2)
 		w := randVec(r, int(c.C)*K, 1)
 		st := randVec(r, (K-1)*int(c.C), 2)
 		state := append(append([]float32(nil), st...), make([]float32, (K-1)*int(c.C))...)
-		base := ConvParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Channels: c.C, KernelSize: K, Slot: 0, SlotWord: NoWord,
+		base := ConvParams{DoneWord: NoWord, Rows: c.rows, RowsWord: NoWord, Channels: c.C, KernelSize: K, Slot: 0, SlotWord: NoWord,
 			WriteOut: 1, LdX: c.C, LdY: c.C}
-		l2 := L2NormParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Groups: c.groups, D: c.D, Ld: c.C, Eps: 1e-6,
+		l2 := L2NormParams{DoneWord: NoWord, Rows: c.rows, RowsWord: NoWord, Groups: c.groups, D: c.D, Ld: c.C, Eps: 1e-6,
 			Post: float32(1 / math.Sqrt(float64(c.D))), PostGroups: c.post}
 		var j job
 		sb, y := j.f32(state), j.poison(rows*int(c.C))
-		j.launch(t, "lithos_conv", base.Grid(), j.buf(zeroCtl), j.buf(Record(base)), j.f32(x), j.f32(w), sb, y)
+		j.launch(t, "lithos_conv", base.Grid(), j.buf(zeroCtl), j.buf(Record(base)), j.f32(x), j.f32(w), sb, y, sb, sb, sb, sb, sb)
 		j.launch(t, "lithos_l2norm", l2.Grid(), j.buf(zeroCtl), j.buf(Record(l2)), y)
 		res := j.mustRun(t)
 		want, wantSt := bytesF32(res[y]), bytesF32(res[sb])
@@ -202,9 +204,9 @@ func TestFiberConvNorm(t *testing.T) {
 		}
 		var k job
 		sb2, y2 := k.f32(state), k.poison(rows*int(c.C))
-		k.launch(t, "lithos_conv", fused.Grid(), k.buf(zeroCtl), k.buf(Record(fused)), k.f32(x), k.f32(w), sb2, y2)
+		k.launch(t, "lithos_conv", fused.Grid(), k.buf(zeroCtl), k.buf(Record(fused)), k.f32(x), k.f32(w), sb2, y2, sb2, sb2, sb2, sb2, sb2)
 		res2 := k.mustRun(t)
-		name := fmt.Sprintf("conv + L2 norm, groups of %d", c.D)
+		name := fmt.Sprintf("conv + L2 norm, %d rows, groups of %d", rows, c.D)
 		closeTo(t, name, bytesF32(res2[y2]), want, 0, 0)
 		closeTo(t, name+": new state", bytesF32(res2[sb2]), wantSt, 0, 0)
 		// The normalized groups have unit norm (times Post): the norm ran.
@@ -216,6 +218,91 @@ func TestFiberConvNorm(t *testing.T) {
 		if d := ss*float64(c.D) - 1; d > 1e-4 || d < -1e-4 {
 			t.Fatalf("%s: the first group's Σy²·D = %v, want 1", name, ss*float64(c.D))
 		}
+	}
+}
+
+// TestFiberConvAB: the conv with the in_proj_ab product in its launch (ConvParams.ABOut)
+// writes the conv's outputs and state bit for bit as the conv alone, and the product of the BF16
+// weights with the rows — RMSNormed first with ABNorm — times the row scales, within float32
+// rounding of a float64 sum over runtime/model.RMSNorm's rows: 3 rows (part of one chunk of CONV_AB_ROWS = 8) and 11
+// (a chunk and a part), 10 outputs (the last threadgroup's 2 of 4), 300 inputs (not a multiple of
+// the threads), the rows strided.
+func TestFiberConvAB(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 30))
+	const C, K, nin, nout, ldax, lday = 512, 4, 300, 10, 304, 12
+	for _, c := range []struct {
+		rows int
+		norm uint32
+	}{{3, 0}, {3, 1}, {11, 1}, {11, 0}} {
+		rows := c.rows
+		x := randVec(r, rows*C, 2)
+		w := randVec(r, C*K, 1)
+		st := randVec(r, (K-1)*C, 2)
+		state := append(append([]float32(nil), st...), make([]float32, (K-1)*C)...)
+		ax := randVec(r, rows*ldax, 3)
+		nw := randVec(r, nin, 1)
+		rs := randVec(r, nout, 2)
+		aw := make([]byte, 2*nout*nin)
+		awf := make([]float32, nout*nin)
+		for i := range awf {
+			h := bf16.FromFloat32(float32(r.NormFloat64()) * 0.1)
+			binary.LittleEndian.PutUint16(aw[2*i:], h)
+			awf[i] = bf16.ToFloat32(h)
+		}
+		base := ConvParams{DoneWord: NoWord, Rows: uint32(rows), RowsWord: NoWord, Channels: C, KernelSize: K, Slot: 0, SlotWord: NoWord,
+			WriteOut: 1, LdX: C, LdY: C}
+		var j job
+		sb, y := j.f32(state), j.poison(rows*C)
+		j.launch(t, "lithos_conv", base.Grid(), j.buf(zeroCtl), j.buf(Record(base)), j.f32(x), j.f32(w), sb, y, sb, sb, sb, sb, sb)
+		res := j.mustRun(t)
+		want, wantSt := bytesF32(res[y]), bytesF32(res[sb])
+
+		p := base
+		p.ABOut, p.ABIn, p.ABLdX, p.ABLdY, p.ABNorm = nout, nin, ldax, lday, c.norm
+		if c.norm != 0 {
+			p.ABEps = 1e-6
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if g := p.Grid(); g[0] != C/256+3 {
+			t.Fatalf("grid %v, want %d threadgroups (the conv's 2, then 3 of 4 outputs)", g, C/256+3)
+		}
+		var k job
+		sb2, y2, ay := k.f32(state), k.poison(rows*C), k.poison(rows*lday)
+		k.launch(t, "lithos_conv", p.Grid(), k.buf(zeroCtl), k.buf(Record(p)), k.f32(x), k.f32(w), sb2, y2, k.f32(ax), k.buf(aw), k.f32(nw), k.f32(rs), ay)
+		res2 := k.mustRun(t)
+		name := fmt.Sprintf("conv + in_proj_ab, %d rows, norm %d", rows, c.norm)
+		closeTo(t, name+": conv", bytesF32(res2[y2]), want, 0, 0)
+		closeTo(t, name+": new state", bytesF32(res2[sb2]), wantSt, 0, 0)
+
+		// The reference: the rows (normed), then float64 dot products rounded once.
+		xr := make([]float32, rows*nin)
+		for i := 0; i < rows; i++ {
+			copy(xr[i*nin:], ax[i*ldax:i*ldax+nin])
+		}
+		if c.norm != 0 {
+			model.RMSNorm(xr, xr, nw, rows, p.ABEps)
+		}
+		got := bytesF32(res2[ay])
+		wantY := make([]float32, 0, rows*nout)
+		gotY := make([]float32, 0, rows*nout)
+		for i := 0; i < rows; i++ {
+			for o := 0; o < nout; o++ {
+				var d float64
+				for kk := 0; kk < nin; kk++ {
+					d += float64(xr[i*nin+kk]) * float64(awf[o*nin+kk])
+				}
+				wantY = append(wantY, float32(d)*rs[o])
+				gotY = append(gotY, got[i*lday+o])
+			}
+			for o := nout; o < lday; o++ {
+				if !math.IsNaN(float64(got[i*lday+o])) {
+					t.Fatalf("%s: ay[%d, %d] = %v past ABOut, want it untouched", name, i, o, got[i*lday+o])
+				}
+			}
+		}
+		closeTo(t, name+": in_proj_ab", gotY, wantY, 1e-5, 1e-5)
 	}
 }
 

@@ -379,6 +379,17 @@ func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, ceilDiv(p.VDim,
 // threads hold one value each up to 128 channels). NormD is 32, 64 or 128, NormGroups·NormD a
 // multiple of convThreads (the threadgroups that normalize are full) and at most Channels; the
 // backends fall back to lithos_l2norm otherwise.
+//
+// ABOut > 0 also computes, in threadgroups after the conv's, the GDN layer's in_proj_ab
+// product: ay[r, o] = (Σ_k x̂[r, k]·aw[o, k])·ars[o] for o < ABOut, r < rows, f32 sums, with
+// aw the BF16 weights row-major [ABOut, ABIn] (a copy of the packed matrix's stored rows:
+// gpu.Target), ars [ABOut] their tensor scales (the packed matrix's row-scale table, float32),
+// ax [rows, ABLdX] (ABIn values; ABIn and ABLdX even), ay [rows, ABLdY] (ABOut values). x̂ is
+// ax, or with ABNorm 1 RMSNorm(ax) with weights anw [ABIn] and epsilon ABEps
+// (runtime/model.RMSNorm; its scale 1/√(Σx²/ABIn + ABEps) applied to the sum: Σ (x·w_n)·w
+// times it). The product does not depend on the conv: the launch runs both at once (one launch
+// fewer per GDN layer, and with ABNorm two: the input norm then folded into in_proj_zqkv;
+// docs/performance.md §8.11). Buffers ax, aw, anw, ars, ay (any buffers when ABOut is 0).
 type ConvParams struct {
 	DoneWord                uint32
 	Rows                    uint32
@@ -390,10 +401,20 @@ type ConvParams struct {
 	NormGroups, NormD       uint32
 	NormPostGroups          uint32
 	NormEps, NormPost       float32
+	ABOut, ABIn             uint32
+	ABLdX, ABLdY            uint32
+	ABNorm                  uint32
+	ABEps                   float32
 }
 
-// Grid is one thread per channel: ⌈Channels/convThreads⌉ threadgroups.
-func (p ConvParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.Channels, convThreads), 1, 1} }
+// convABOut is the in_proj_ab outputs per threadgroup of lithos_conv (CONV_AB_OUT).
+const convABOut = 4
+
+// Grid is one thread per channel, ⌈Channels/convThreads⌉ threadgroups, then
+// ⌈ABOut/4⌉ threadgroups of the in_proj_ab product (4 outputs each).
+func (p ConvParams) Grid() [3]uint32 {
+	return [3]uint32{ceilDiv(p.Channels, convThreads) + ceilDiv(p.ABOut, convABOut), 1, 1}
+}
 
 // AttnParams: GQA attention over the KV cache (runtime/model.Attend), causal unless Block: row
 // r < rows at position Pos + r (PosWord: the Position word) attends keys 0 … Pos + r of the

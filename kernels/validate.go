@@ -395,7 +395,8 @@ func (p GDNParams) Validate() error {
 // (KernelSize 0 makes the history K − 1 wrap); the state (2·(KernelSize−1)·Channels values), w
 // (Channels·KernelSize), x ([Rows, LdX], Channels values) and y (when WriteOut) within 32-bit
 // offsets; y's rows apart; with NormGroups the norm's rules (ConvParams), without it every Norm
-// field 0.
+// field 0; with ABOut the product's: ABIn ≥ 1, ABIn and ABLdX even, its weights, ax and ay within 32-bit offsets,
+// ay's rows apart, ABNorm 0 or 1 (with 1, ABEps in (0, 1)); without it every AB field 0.
 func (p ConvParams) Validate() error {
 	c := vcheck{rec: "ConvParams"}
 	c.done(p.DoneWord)
@@ -432,6 +433,22 @@ func (p ConvParams) Validate() error {
 		}
 	} else if p.NormD != 0 || p.NormPostGroups != 0 || p.NormEps != 0 || p.NormPost != 0 {
 		c.failf("NormGroups", "is 0 with NormD %d, NormPostGroups %d, NormEps %v, NormPost %v: want all 0 without the norm", p.NormD, p.NormPostGroups, p.NormEps, p.NormPost)
+	}
+	if p.ABOut != 0 {
+		c.positive("ABIn", p.ABIn)
+		if p.ABIn%2 != 0 || p.ABLdX%2 != 0 {
+			c.failf("ABIn", "is %d with ABLdX %d: want both even (the weights and rows read in pairs)", p.ABIn, p.ABLdX)
+		}
+		c.total("ABIn", uint64(p.ABOut)*uint64(p.ABIn), "the weights ABOut·ABIn")
+		c.span("ABLdX", uint64(p.Rows), uint64(p.ABLdX), uint64(p.ABIn), "(Rows−1)·ABLdX + ABIn")
+		c.span("ABLdY", uint64(p.Rows), uint64(p.ABLdY), uint64(p.ABOut), "(Rows−1)·ABLdY + ABOut")
+		c.apart("ABLdY", p.Rows, uint64(p.ABLdY), uint64(p.ABOut), "ABOut")
+		c.atMost("ABNorm", p.ABNorm, 1, "0 or 1")
+		if p.ABNorm != 0 && !(p.ABEps > 0 && p.ABEps < 1) {
+			c.failf("ABEps", "is %v, want a number in (0, 1)", p.ABEps)
+		}
+	} else if p.ABIn != 0 || p.ABLdX != 0 || p.ABLdY != 0 || p.ABNorm != 0 || p.ABEps != 0 {
+		c.failf("ABOut", "is 0 with ABIn %d, ABLdX %d, ABLdY %d, ABNorm %d, ABEps %v: want all 0 without the product", p.ABIn, p.ABLdX, p.ABLdY, p.ABNorm, p.ABEps)
 	}
 	c.grid(p.Grid(), [3]string{"Channels", "", ""})
 	return c.err()

@@ -283,6 +283,16 @@ func TestValidateRules(t *testing.T) {
 		{"conv norm eps 0", mut(convN, func(p *ConvParams) { p.NormEps = 0 }), "ConvParams.NormEps: is 0"},
 		{"conv norm post NaN", mut(convN, func(p *ConvParams) { p.NormPost = float32(math.NaN()) }), "ConvParams.NormPost: is NaN"},
 		{"conv norm fields without the norm", mut(conv, func(p *ConvParams) { p.NormD = 64 }), "ConvParams.NormGroups: is 0 with NormD 64"},
+		{"conv ab", mut(convN, func(p *ConvParams) {
+			p.ABOut, p.ABIn, p.ABLdX, p.ABLdY, p.ABNorm, p.ABEps = 96, 5120, 5120, 96, 1, 1e-6
+		}), ""},
+		{"conv ab odd inputs", mut(conv, func(p *ConvParams) { p.ABOut, p.ABIn, p.ABLdX, p.ABLdY = 96, 63, 64, 96 }), "ConvParams.ABIn: is 63 with ABLdX 64"},
+		{"conv ab in 0", mut(conv, func(p *ConvParams) { p.ABOut, p.ABLdY = 96, 96 }), "ConvParams.ABIn: is 0"},
+		{"conv ab weights wrap", mut(conv, func(p *ConvParams) { p.ABOut, p.ABIn, p.ABLdX, p.ABLdY = 1<<16, 1<<17, 1<<17, 1<<16 }), "ConvParams.ABIn: the weights ABOut·ABIn"},
+		{"conv ab rows overlap", mut(conv, func(p *ConvParams) { p.ABOut, p.ABIn, p.ABLdX, p.ABLdY = 96, 64, 64, 95 }), "ConvParams.ABLdY: is 95"},
+		{"conv ab norm 2", mut(conv, func(p *ConvParams) { p.ABOut, p.ABIn, p.ABLdX, p.ABLdY, p.ABNorm, p.ABEps = 96, 64, 64, 96, 2, 1e-6 }), "ConvParams.ABNorm: is 2"},
+		{"conv ab norm eps 0", mut(conv, func(p *ConvParams) { p.ABOut, p.ABIn, p.ABLdX, p.ABLdY, p.ABNorm = 96, 64, 64, 96, 1 }), "ConvParams.ABEps: is 0"},
+		{"conv ab fields without the product", mut(conv, func(p *ConvParams) { p.ABIn = 64 }), "ConvParams.ABOut: is 0 with ABIn 64"},
 
 		{"attn ok", at, ""},
 		{"attn block ok", mut(at, func(p *AttnParams) { p.Block = 1 }), ""},

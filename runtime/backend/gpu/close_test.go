@@ -33,7 +33,7 @@ func (d *fakeDevice) Close() error { d.closes++; return nil }
 // TestCloseBusy: when a session's closing wait says the device may still be running its work
 // (an error wrapping ErrDeviceBusy, as metal.ErrStuck does), Session.Close frees none of its
 // buffers, host buffers or queue and says so, and the Target's Close then keeps the weights,
-// vectors and draft vectors (the owned device is still closed); any other wait error (the work
+// vectors, row-major copies and draft vectors (the owned device is still closed); any other wait error (the work
 // has ended, e.g. a kernel fault) frees everything as usual.
 func TestCloseBusy(t *testing.T) {
 	for _, c := range []struct {
@@ -46,8 +46,8 @@ func TestCloseBusy(t *testing.T) {
 		devClose int
 	}{
 		{"busy", fmt.Errorf("metal: wait: still running: %w", ErrDeviceBusy), true, 0, 0, 0, 1},
-		{"kernel fault", errors.New("metal: wait: command buffer error: fault"), false, 5, 2, 1, 1},
-		{"done", nil, false, 5, 2, 1, 1},
+		{"kernel fault", errors.New("metal: wait: command buffer error: fault"), false, 7, 2, 1, 1},
+		{"done", nil, false, 7, 2, 1, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := &fakeOwner{}
@@ -55,7 +55,7 @@ func TestCloseBusy(t *testing.T) {
 			host := func() *HostBuffer { return &HostBuffer{Bytes: make([]byte, 8), Owner: o} }
 			dev := &fakeDevice{}
 			q := &fakeQueue{err: c.waitErr}
-			tg := &Target{Device: dev, pfx: "fake", owned: true, Weights: buf(), vecs: buf(), drafts: []*DSpark{{vecs: buf()}}}
+			tg := &Target{Device: dev, pfx: "fake", owned: true, Weights: buf(), vecs: buf(), drafts: []*DSpark{{vecs: buf()}}, rowMajor: []*Buffer{buf(), buf()}}
 			s := &Session{t: tg, d: dev, s: q, pfx: "fake", ctl: buf(), logits: buf(), ctlHost: host(), ringHost: host(), prefill: map[[2]int]*program{}}
 			serr := s.Close()
 			if c.busy != errors.Is(serr, ErrDeviceBusy) || c.busy && !strings.Contains(serr.Error(), "memory is kept") {

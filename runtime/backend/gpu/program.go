@@ -474,20 +474,41 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 	for li, l := range s.plans {
 		switch l.kind {
 		case model.GDN:
-			e.what("layer %d (%v) input norm", li, l.kind)
-			e.rms(s.x.Ptr, l.inNorm, s.x.Ptr, s.hn.Ptr, n, rowsWord, 1, h, h, h, h, kernels.RMSPlain)
 			nz := int(l.zqkv.Geometry.N)
 			zqkv, conv, beta, g := s.zqkv, s.conv, s.beta, s.g
 			if keep {
 				zqkv, conv, beta, g = sp.kZqkv[l.idx], sp.kConv[l.idx], sp.kBeta[l.idx], sp.kG[l.idx]
 			}
-			e.what("layer %d (%v) in_proj_zqkv", li, l.kind)
-			e.mm(l.zqkv, n, rowsWord, kernels.EpiStore, s.hn.Ptr, zqkv.Ptr, 0, 0)
-			e.what("layer %d (%v) in_proj_ab", li, l.kind)
-			e.mm(l.ab, n, rowsWord, kernels.EpiStore, s.hn.Ptr, s.ab.Ptr, 0, 0)
-			e.what("layer %d (%v) conv1d", li, l.kind)
 			cv := kernels.ConvParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
 				Slot: 0, SlotWord: w.Step, SlotXor: 0, WriteOut: 1, LdX: uint32(nz), LdY: uint32(cd)}
+			// in_proj_ab in the conv's launch where its row-major copy was uploaded
+			// (Matrix.RowMajor; kernels.ConvParams.ABOut) — reading the residual rows and
+			// RMSNorming them itself when in_proj_zqkv folds the input norm (the MMA layout: the
+			// input norm's launch goes too), else the normed rows — or its own product launch.
+			abConv, abX := l.ab.RowMajor != 0, s.hn.Ptr
+			withAB := cv
+			withAB.ABOut, withAB.ABIn, withAB.ABLdX, withAB.ABLdY = uint32(l.ab.Geometry.N), uint32(h), uint32(h), uint32(l.ab.Geometry.N)
+			if l.zqkv.Layout == kernels.BLMLayoutMMA {
+				withAB.ABNorm, withAB.ABEps = 1, c.RMSEps
+			}
+			abConv = abConv && withAB.Validate() == nil
+			if abConv && withAB.ABNorm != 0 {
+				e.what("layer %d (%v) input norm and in_proj_zqkv", li, l.kind)
+				e.mmx(l.zqkv, n, rowsWord, kernels.EpiStore, s.x.Ptr, zqkv.Ptr, 0, 0, l.inNorm, c.RMSEps)
+				abX = s.x.Ptr
+			} else {
+				e.what("layer %d (%v) input norm", li, l.kind)
+				e.rms(s.x.Ptr, l.inNorm, s.x.Ptr, s.hn.Ptr, n, rowsWord, 1, h, h, h, h, kernels.RMSPlain)
+				e.what("layer %d (%v) in_proj_zqkv", li, l.kind)
+				e.mm(l.zqkv, n, rowsWord, kernels.EpiStore, s.hn.Ptr, zqkv.Ptr, 0, 0)
+			}
+			if abConv {
+				cv = withAB
+			} else {
+				e.what("layer %d (%v) in_proj_ab", li, l.kind)
+				e.mm(l.ab, n, rowsWord, kernels.EpiStore, s.hn.Ptr, s.ab.Ptr, 0, 0)
+			}
+			e.what("layer %d (%v) conv1d", li, l.kind)
 			// The L2 norm of the queries (scaled by 1/√d_k) and the keys after them: in the
 			// conv's launch where its rules allow (kernels.ConvParams.NormGroups: the 27B's
 			// 128-wide heads), else one lithos_l2norm launch after it; the same values either way.
@@ -499,7 +520,18 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 				cv = fused
 				e.what("layer %d (%v) conv1d and q/k L2 norm", li, l.kind)
 			}
-			e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr)
+			if cv.ABOut != 0 {
+				if cv.NormGroups != 0 {
+					e.what("layer %d (%v) conv1d, q/k L2 norm and in_proj_ab", li, l.kind)
+				} else {
+					e.what("layer %d (%v) conv1d and in_proj_ab", li, l.kind)
+				}
+				e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr,
+					abX, l.ab.RowMajor, l.inNorm, l.ab.Scales, s.ab.Ptr)
+			} else {
+				e.b.add("lithos_conv", cv, cv.Grid(), f32at(zqkv, l.qkvOff), l.conv, s.convState[l.idx].Ptr, conv.Ptr,
+					conv.Ptr, l.conv, l.conv, l.conv, conv.Ptr) // no in_proj_ab: any buffers
+			}
 			if cv.NormGroups == 0 {
 				e.what("layer %d (%v) q/k L2 norm", li, l.kind)
 				e.b.add("lithos_l2norm", l2, l2.Grid(), conv.Ptr)
@@ -826,7 +858,8 @@ func (s *Session) buildRound() (*program, error) {
 		kd := c.KHeads * c.KDim
 		cv := kernels.ConvParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
 			Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0, LdX: uint32(nz), LdY: uint32(cd)}
-		b.add("lithos_conv", cv, cv.Grid(), f32at(sp.kZqkv[l.idx], l.qkvOff), l.conv, s.convState[l.idx].Ptr, s.conv.Ptr)
+		b.add("lithos_conv", cv, cv.Grid(), f32at(sp.kZqkv[l.idx], l.qkvOff), l.conv, s.convState[l.idx].Ptr, s.conv.Ptr,
+			s.conv.Ptr, l.conv, l.conv, l.conv, s.conv.Ptr) // no in_proj_ab: any buffers
 		gd := kernels.GDNParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, KHeads: uint32(c.KHeads), VHeads: uint32(c.VHeads),
 			KDim: uint32(c.KDim), VDim: uint32(c.VDim), Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0,
 			LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(c.VHeads), LdOut: uint32(c.VHeads * c.VDim)}

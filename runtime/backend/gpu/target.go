@@ -35,6 +35,10 @@ type Matrix struct {
 	// FragmentLayouter) or kernels.BLMLayoutMMA (kernels.BLMXCopy: MMALayouter), in the same
 	// bytes.
 	Layout uint32
+	// RowMajor is the device address of a copy of the stored rows row-major ([N, K] BF16,
+	// 2·N·K bytes: the GDN layers' in_proj_ab, which the conv launch multiplies,
+	// kernels.ConvParams.ABOut), 0 when there is none (LoadTarget: rowMajorSuffix).
+	RowMajor uint64
 }
 
 // Kernel returns the matrix kernel for rows activation rows of this matrix's format and layout:
@@ -72,6 +76,7 @@ type Target struct {
 	owned         bool      // Close also closes the device (Load)
 	pfx           string    // error prefix: the device's name in lower case ("cuda")
 	drafts        []*DSpark // draft heads bound by LoadDraft (Close frees their buffers)
+	rowMajor      []*Buffer // the Matrix.RowMajor copies
 
 	busyMu sync.Mutex
 	busy   error // a Session.Close's wait ended with ErrDeviceBusy: Close keeps the memory
@@ -151,7 +156,13 @@ func LoadTarget(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error
 		}
 	}
 	wbytes := int64(len(b.Weights()))
-	if err := d.Fit(fmt.Sprintf("bundle %s (weights.bin %.2f GB and %.1f MB of vectors)", b.Dir, float64(wbytes)/1e9, float64(4*len(host))/1e6), wbytes+int64(4*len(host))); err != nil {
+	var rmBytes int64 // the row-major copies (uploadRowMajor)
+	for name, mx := range t.mats {
+		if rowMajorCopy(name, mx) {
+			rmBytes += 2 * mx.Geometry.N * mx.Geometry.K
+		}
+	}
+	if err := d.Fit(fmt.Sprintf("bundle %s (weights.bin %.2f GB, %.1f MB of vectors and %.1f MB of row-major copies)", b.Dir, float64(wbytes)/1e9, float64(4*len(host))/1e6, float64(rmBytes)/1e6), wbytes+int64(4*len(host))+rmBytes); err != nil {
 		return nil, err
 	}
 	if t.Weights, err = d.Alloc(max(wbytes, 1)); err != nil {
@@ -187,8 +198,62 @@ func LoadTarget(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error
 			return nil, err
 		}
 	}
+	if err := t.uploadRowMajor(ctx); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("bundle %s: %w", b.Dir, err)
+	}
 	t.Load = time.Since(start)
 	return t, nil
+}
+
+// rowMajorSuffix ends the names of the matrices LoadTarget also uploads row-major
+// (Matrix.RowMajor): the GDN layers' in_proj_ab, BF16 [2·VHeads, Hidden], which the conv
+// launch multiplies beside the conv (kernels.ConvParams.ABOut; docs/performance.md §8.11).
+const rowMajorSuffix = ".linear_attn.in_proj_ab"
+
+// rowMajorCopy reports whether LoadTarget uploads a row-major copy of mx (named name).
+func rowMajorCopy(name string, mx *Matrix) bool {
+	return strings.HasSuffix(name, rowMajorSuffix) && mx.Geometry.Format == formats.BF16
+}
+
+// uploadRowMajor uploads, for each matrix rowMajorCopy names, its stored rows unpacked
+// (blm.Geometry.UnpackRows of the bundle's packed bytes: BF16 codes, 2·K bytes per row) into a
+// buffer of its own, and sets the matrix's RowMajor. One matrix at a time (host memory: one
+// matrix's rows). Errors name the tensor.
+func (t *Target) uploadRowMajor(ctx context.Context) error {
+	names := make([]string, 0, len(t.mats))
+	for name, mx := range t.mats {
+		if rowMajorCopy(name, mx) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	w := t.Bundle.Weights()
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("tensor %s: row-major copy: %w", name, err)
+		}
+		mx := t.mats[name]
+		g := mx.Geometry
+		bt, ok := t.Bundle.Tensor(name)
+		if !ok || bt.Offset < 0 || bt.Offset+g.TotalBytes > int64(len(w)) {
+			return fmt.Errorf("tensor %s: row-major copy: the packed bytes are not in weights.bin", name)
+		}
+		rows := g.NewRows(int(g.N))
+		if err := g.UnpackRows(rows, w[bt.Offset:bt.Offset+g.TotalBytes]); err != nil {
+			return fmt.Errorf("tensor %s: row-major copy: %w", name, err)
+		}
+		if int64(len(rows.Codes)) != 2*g.N*g.K {
+			return fmt.Errorf("tensor %s: row-major copy: %d code bytes, want 2·N·K = %d", name, len(rows.Codes), 2*g.N*g.K)
+		}
+		buf, err := t.Device.Upload(rows.Codes)
+		if err != nil {
+			return fmt.Errorf("tensor %s: row-major copy: %w", name, err)
+		}
+		t.rowMajor = append(t.rowMajor, buf)
+		mx.RowMajor = buf.Ptr
+	}
+	return nil
 }
 
 // Load checks the bundle's LM head and embedding table for the programs (checkHead, before
@@ -298,7 +363,7 @@ func (t *Target) Close() error {
 	t.busy = nil // reported once: a second Close finds nothing to free and returns nil
 	t.busyMu.Unlock()
 	if busy != nil {
-		t.drafts, t.vecs, t.Weights = nil, nil, nil
+		t.drafts, t.vecs, t.Weights, t.rowMajor = nil, nil, nil, nil
 		err := fmt.Errorf("%s: close: the weights and vectors are kept, the device may still be using them: %w", t.pfx, busy)
 		if t.owned {
 			t.owned = false
@@ -313,6 +378,12 @@ func (t *Target) Close() error {
 		}
 	}
 	t.drafts = nil
+	for _, b := range t.rowMajor {
+		if e := b.Free(); err == nil {
+			err = e
+		}
+	}
+	t.rowMajor = nil
 	if t.vecs != nil {
 		if e := t.vecs.Free(); err == nil {
 			err = e
