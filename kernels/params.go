@@ -369,7 +369,7 @@ func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, ceilDiv(p.VDim,
 // ConvParams: causal depthwise conv1d + SiLU (runtime/model.CausalConv1D) with the conv state
 // in two slots [2, KernelSize−1, Channels] (slots as GDNParams). x: [rows, LdX] (Channels values),
 // w: [Channels, KernelSize], y: [rows, LdY] (written when WriteOut ≠ 0). Kernel lithos_conv,
-// buffers x, w, state, y.
+// buffers x, w, state, y, then the in_proj_ab product's ax, aw, anw, ars, ay (below).
 //
 // NormGroups > 0 (with WriteOut) also L2-normalizes each row's first NormGroups groups of
 // NormD outputs in the same launch, as lithos_l2norm would after it (L2NormParams over y with
