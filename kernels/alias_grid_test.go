@@ -17,6 +17,7 @@ var aliasable = map[string][]string{
 	"lithos_gather":       {"ids"},
 	"lithos_argmax_final": {"out"},
 	"lithos_sample":       {"out"},
+	"lithos_attn_merge":   {"gate"}, // Gate 0: any buffer, out included (the drafter's launches)
 }
 
 // cudaSignature returns the parameter declarations of kernel name's entry point in src.
@@ -73,8 +74,8 @@ func TestCUDARestrict(t *testing.T) {
 	}
 	// The weight tables are restrict: rmsnorm w, rope inv_freq, the BLM variants of both layouts × (w, scales),
 	// the two MMA-layout kernels' w and scales, conv w and its in_proj_ab's aw, anw, ars, gather
-	// table, rope_scaled inv_freq.
-	if want := 1 + 1 + 2*len(blmFormats)*len(BLMRowVariants)*2 + 2*2 + 4 + 1 + 1; restricted != want {
+	// table, rope_scaled inv_freq, attn_prep's qw, kw and inv_freq.
+	if want := 1 + 1 + 2*len(blmFormats)*len(BLMRowVariants)*2 + 2*2 + 4 + 1 + 1 + 3; restricted != want {
 		t.Errorf("%d restrict buffers in Source(CUDA), want %d (the weight tables)", restricted, want)
 	}
 	for name, bufs := range aliasable {

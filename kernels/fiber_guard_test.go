@@ -54,7 +54,7 @@ func TestFiberAttnGuard(t *testing.T) {
 			j.launch(t, "lithos_attn_partial", p.GridPartial(), x.ctlB, x.recB, j.f32(q), x.kcB, x.vcB, x.pmB, x.plB, x.poB)
 		}
 		if merge {
-			j.launch(t, "lithos_attn_merge", p.GridMerge(), x.ctlB, x.recB, x.pmB, x.plB, x.poB, x.outB)
+			j.launch(t, "lithos_attn_merge", p.GridMerge(), x.ctlB, x.recB, x.pmB, x.plB, x.poB, x.outB, x.outB)
 		}
 		res := j.mustRun(t)
 		x.ctl = bytesU32(res[x.ctlB])

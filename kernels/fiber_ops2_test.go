@@ -340,7 +340,7 @@ func TestFiberAttention(t *testing.T) {
 	j.launch(t, "lithos_kv_append", kp.Grid(), c, j.buf(Record(kp)), j.f32(newK), j.f32(newV), kb, vb)
 	rec := j.buf(Record(ap))
 	j.launch(t, "lithos_attn_partial", ap.GridPartial(), c, rec, j.f32(q), kb, vb, pm, pl, po)
-	j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out)
+	j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out, out)
 	res := j.mustRun(t)
 	closeTo(t, "kv cache", bytesF32(res[kb]), rk, 0, 0)
 	// Different partitions (32 vs 64 keys) and dot-product orders: float32 rounding of softmax
@@ -382,7 +382,7 @@ func TestFiberAttentionBlock(t *testing.T) {
 		pm, pl, po, out := j.poison(m), j.poison(m), j.poison(m*s.HeadDim), j.poison(n*qRow)
 		rec := j.buf(Record(ap))
 		j.launch(t, "lithos_attn_partial", ap.GridPartial(), c, rec, j.f32(qs), kb, vb, pm, pl, po)
-		j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out)
+		j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out, out)
 		return bytesF32(j.mustRun(t)[out])
 	}
 	got := run(rows, 1, q)

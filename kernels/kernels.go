@@ -433,7 +433,10 @@ func buildRegistry() []Kernel {
 	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{}, CtlRW: true,
 		Buffers: []Buffer{f32("q", false), f32("kc", false), f32("vc", false), f32("pm", true), f32("pl", true), f32("po", true)}})
 	ks = append(ks, Kernel{Name: "lithos_attn_merge", Op: "attn_merge", Threads: 128, Params: AttnParams{}, CtlRW: true,
-		Buffers: []Buffer{f32("pm", false), f32("pl", false), f32("po", false), f32("out", true)}})
+		Buffers: []Buffer{f32("pm", false), f32("pl", false), f32("po", false), f32("gate", false), f32("out", true)}}) // Gate 0: gate may be any buffer
+	ks = append(ks, Kernel{Name: "lithos_attn_prep", Op: "attn_prep", Threads: attnPrepThreads, Params: AttnPrepParams{}, CtlRW: true,
+		Buffers: []Buffer{f32("x", false), weight("qw", "f32"), weight("kw", "f32"), weight("inv_freq", "f32"),
+			f32("q", true), f32("kc", true), f32("vc", true)}})
 	ks = append(ks, Kernel{Name: "lithos_kv_append", Op: "kv_append", Threads: kvAppendThreads, Params: KVAppendParams{}, CtlRW: true,
 		Buffers: []Buffer{f32("k", false), f32("v", false), f32("kc", true), f32("vc", true)}})
 	ks = append(ks, Kernel{Name: "lithos_gather", Op: "gather", Threads: gatherThreads, Params: GatherParams{},

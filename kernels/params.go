@@ -423,7 +423,7 @@ func (p ConvParams) Grid() [3]uint32 {
 // keys; Parts is the partitions the scratch holds (⌈(the largest Pos + rows)/Part⌉; with Block
 // ⌈(the largest Pos + 1)/Part⌉). lithos_attn_partial (buffers
 // q [rows, LdQ], kc, vc, pm, pl [rows·Heads·Parts], po [rows·Heads·Parts·HeadDim]) then
-// lithos_attn_merge (buffers pm, pl, po, out [rows, LdO]), the same record. Block 1 makes the
+// lithos_attn_merge (buffers pm, pl, po, gate, out [rows, LdO]), the same record. Block 1 makes the
 // rows a non-causal block: every row attends keys 0 … Pos (the DSpark drafter's block, whose
 // rows all see the context and the whole block: runtime/draft); each row's output is then
 // bit for bit a 1-row launch's at the same Pos.
@@ -437,6 +437,10 @@ type AttnParams struct {
 	Part, Parts             uint32
 	Scale                   float32
 	Block                   uint32
+	// Gate 1: lithos_attn_merge multiplies its outputs by σ(gate[r·LdG + h·GateStride + i])
+	// (runtime/model.SigmoidGate, what lithos_ewise EwSigGate did after it); Gate 0 reads no
+	// gate (the buffer may be any, out included).
+	Gate, LdG, GateStride uint32
 }
 
 // GridPartial is (Heads, rows, Parts); partitions past a row's last key return at once.
@@ -462,6 +466,39 @@ type KVAppendParams struct {
 func (p KVAppendParams) Grid() [3]uint32 {
 	return [3]uint32{ceilDiv(p.Width, kvAppendThreads), p.Rows, 1}
 }
+
+// AttnPrepParams: an attention layer's q/k preparation in one launch (what lithos_rmsnorm
+// twice, lithos_rope twice and lithos_kv_append did): row r < rows of x ([rows, LdX], the qkv
+// product's output) at position Pos + r (PosWord: the Position word). Query head h < Heads, the
+// HeadDim values at x[r·LdX + QOff + h·QStride …] (QStride 2·HeadDim where the gate heads
+// interleave, runtime/model), is RMSNormed (weights qw [HeadDim], used as stored: RMSPlain, Eps)
+// and rotated by partial NeoX RoPE (RopeParams: pairs (i, i + RotDim/2), angle
+// float32(pos)·inv_freq[i]) into q[r·LdQ + h·HeadDim …]; key head kh < KVHeads at
+// x[r·LdX + KOff + kh·HeadDim …] likewise (weights kw) into kc[(Pos + r)·LdC + kh·HeadDim …],
+// and value head kh at x[r·LdX + VOff + kh·HeadDim …] is copied into vc at the same place. The
+// caches hold Capacity rows: positions past them are the kernel's guard (GuardKVAppend).
+// Kernel lithos_attn_prep, buffers x, qw, kw, inv_freq (RotDim/2 floats), q, kc, vc.
+type AttnPrepParams struct {
+	DoneWord                        uint32
+	Rows                            uint32
+	RowsWord                        uint32
+	Pos, PosWord                    uint32
+	Heads, KVHeads, HeadDim, RotDim uint32
+	LdX, QOff, QStride, KOff, VOff  uint32
+	LdQ, LdC                        uint32
+	Capacity                        uint32 // rows of kc and vc
+	Eps                             float32
+}
+
+// attnPrepThreads is lithos_attn_prep's threadgroup; a head holds at most
+// AttnPrepMaxHeadDim = PREP_REG·attnPrepThreads values (ops/attn_prep.kern).
+const (
+	attnPrepThreads    = 128
+	AttnPrepMaxHeadDim = 4 * attnPrepThreads
+)
+
+// Grid is one threadgroup per (head, row): Heads + KVHeads × rows.
+func (p AttnPrepParams) Grid() [3]uint32 { return [3]uint32{p.Heads + p.KVHeads, p.Rows, 1} }
 
 // GatherParams: y[r·LdY + i] = table[ids[IdsOff + r], i] for i < Width, the table [Vocab,
 // Width] of DType 0 (f32) or 1 (bf16), little-endian; ids outside [0, Vocab) give zeros. ids may

@@ -463,7 +463,8 @@ const AttnMaxPart = 128
 // row's keys: Pos + Rows ≤ Parts·Part, with Block Pos < Parts·Part (a dynamic position is the
 // kernels' guard, GuardAttnPartial / GuardAttnMerge); Block 0 or 1; q, out ([Rows, LdQ / LdO], Heads·HeadDim values), the
 // caches (Parts·Part rows of LdKV, KVHeads·HeadDim values) and the scratch
-// (Rows·Heads·Parts·HeadDim) within 32-bit offsets; out's rows apart; Parts ≤ 65535 (grid z).
+// (Rows·Heads·Parts·HeadDim) within 32-bit offsets; out's rows apart; Parts ≤ 65535 (grid z);
+// Gate 0 or 1, with Gate the gate ([Rows, LdG], head h at h·GateStride) within 32-bit offsets.
 func (p AttnParams) Validate() error {
 	c := vcheck{rec: "AttnParams"}
 	c.done(p.DoneWord)
@@ -498,6 +499,10 @@ func (p AttnParams) Validate() error {
 	c.apart("LdO", p.Rows, uint64(p.LdO), qw, "Heads·HeadDim")
 	c.span("LdKV", cover, uint64(p.LdKV), uint64(p.KVHeads)*uint64(p.HeadDim), "(Parts·Part−1)·LdKV + KVHeads·HeadDim")
 	c.total("Parts", rows*uint64(p.Heads)*uint64(p.Parts)*uint64(p.HeadDim), "the scratch po, Rows·Heads·Parts·HeadDim")
+	c.atMost("Gate", p.Gate, 1, "0 (no output gate) or 1 (σ gate)")
+	if p.Gate == 1 && p.Heads > 0 {
+		c.span("LdG", rows, uint64(p.LdG), uint64(p.Heads-1)*uint64(p.GateStride)+uint64(p.HeadDim), "(Rows−1)·LdG + (Heads−1)·GateStride + HeadDim")
+	}
 	c.grid(p.GridPartial(), [3]string{"Heads", "Rows", "Parts"})
 	return c.err()
 }
@@ -521,6 +526,44 @@ func (p KVAppendParams) Validate() error {
 		c.failf("Capacity", "is %d < Pos + Rows = %d: rows past the caches", p.Capacity, uint64(p.Pos)+rows)
 	}
 	c.grid(p.Grid(), [3]string{"Width", "Rows", ""})
+	return c.err()
+}
+
+// Validate checks the record against the rules of lithos_attn_prep: Rows, Heads, KVHeads,
+// Capacity ≥ 1; HeadDim in [1, AttnPrepMaxHeadDim]; RotDim even, 2 ≤ RotDim ≤ HeadDim (as
+// RopeParams); x's heads ([Rows, LdX]: the query heads at QOff + h·QStride, the key and value
+// heads after KOff, VOff), q ([Rows, LdQ]) and the caches ([Capacity, LdC], KVHeads·HeadDim
+// values) within 32-bit offsets; q's and the caches' rows apart; with a fixed position, Pos +
+// Rows ≤ Capacity (a dynamic one is the kernel's guard, GuardKVAppend); grid limits.
+func (p AttnPrepParams) Validate() error {
+	c := vcheck{rec: "AttnPrepParams"}
+	c.done(p.DoneWord)
+	c.positive("Rows", p.Rows)
+	c.positive("Heads", p.Heads)
+	c.positive("KVHeads", p.KVHeads)
+	c.positive("Capacity", p.Capacity)
+	if p.HeadDim < 1 || p.HeadDim > AttnPrepMaxHeadDim {
+		c.failf("HeadDim", "is %d, want 1 to %d (the values a threadgroup holds: ops/attn_prep.kern PREP_REG·THREADS)", p.HeadDim, AttnPrepMaxHeadDim)
+	}
+	if p.RotDim < 2 || p.RotDim%2 != 0 || p.RotDim > p.HeadDim {
+		c.failf("RotDim", "is %d with HeadDim %d: want an even number in [2, HeadDim]", p.RotDim, p.HeadDim)
+	}
+	rows, hd := uint64(p.Rows), uint64(p.HeadDim)
+	kvw := uint64(p.KVHeads) * hd
+	if p.Heads > 0 {
+		c.span("QStride", rows, uint64(p.LdX), uint64(p.QOff)+uint64(p.Heads-1)*uint64(p.QStride)+hd, "(Rows−1)·LdX + QOff + (Heads−1)·QStride + HeadDim")
+	}
+	c.span("KOff", rows, uint64(p.LdX), uint64(p.KOff)+kvw, "(Rows−1)·LdX + KOff + KVHeads·HeadDim")
+	c.span("VOff", rows, uint64(p.LdX), uint64(p.VOff)+kvw, "(Rows−1)·LdX + VOff + KVHeads·HeadDim")
+	qw := uint64(p.Heads) * hd
+	c.span("LdQ", rows, uint64(p.LdQ), qw, "(Rows−1)·LdQ + Heads·HeadDim")
+	c.apart("LdQ", p.Rows, uint64(p.LdQ), qw, "Heads·HeadDim")
+	c.apart("LdC", p.Rows, uint64(p.LdC), kvw, "KVHeads·HeadDim")
+	c.span("LdC", uint64(p.Capacity), uint64(p.LdC), kvw, "(Capacity−1)·LdC + KVHeads·HeadDim")
+	if p.PosWord == NoWord && uint64(p.Pos)+rows > uint64(p.Capacity) {
+		c.failf("Capacity", "is %d < Pos + Rows = %d: rows past the caches", p.Capacity, uint64(p.Pos)+rows)
+	}
+	c.grid(p.Grid(), [3]string{"Heads", "Rows", ""})
 	return c.err()
 }
 

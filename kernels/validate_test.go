@@ -96,14 +96,10 @@ func backendRecords(t *testing.T, n int) []validator {
 			SlotXor: 1, LdQK: cd, LdV: cd, LdGate: s27VH, LdOut: vd},
 		RMSNormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: s27VH, N: s27VD, LdX: vd, LdZ: nz, LdY: vd, Mode: RMSGated, Eps: 1e-6},
 		mm(formats.FP8, int(nq), s27H, EpiStore), mm(formats.FP8, s27H, int(qd), EpiAdd),
-		RMSNormParams{DoneWord: done, Rows: s27Heads, RowsWord: nw, Groups: 1, N: s27HD, LdX: 2 * s27HD, LdZ: 2 * s27HD, LdY: s27HD, Eps: 1e-6},
-		RMSNormParams{DoneWord: done, Rows: N, RowsWord: rowsWord, Groups: s27KV, N: s27HD, LdX: nq, LdZ: nq, LdY: kvd, Eps: 1e-6},
-		RopeParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27Heads, HeadDim: s27HD, RotDim: s27Rot, Ld: qd},
-		RopeParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27KV, HeadDim: s27HD, RotDim: s27Rot, Ld: kvd},
-		KVAppendParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Width: kvd, LdK: kvd, LdV: nq, LdC: kvd, Capacity: s27Cap},
+		AttnPrepParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27Heads, KVHeads: s27KV, HeadDim: s27HD,
+			RotDim: s27Rot, LdX: nq, QOff: 0, QStride: 2 * s27HD, KOff: 2 * qd, VOff: 2*qd + kvd, LdQ: qd, LdC: kvd, Capacity: s27Cap, Eps: 1e-6},
 		AttnParams{DoneWord: done, Rows: N, RowsWord: rowsWord, PosWord: sw.WPosition, Heads: s27Heads, KVHeads: s27KV, HeadDim: s27HD,
-			LdQ: qd, LdO: qd, LdKV: kvd, Part: s27Part, Parts: parts, Scale: 1.0 / 16},
-		EwiseParams{DoneWord: done, Rows: s27Heads, RowsWord: nw, N: s27HD, LdA: s27HD, LdB: 2 * s27HD, LdY: s27HD, Mode: EwSigGate},
+			LdQ: qd, LdO: qd, LdKV: kvd, Part: s27Part, Parts: parts, Scale: 1.0 / 16, Gate: 1, LdG: nq, GateStride: 2 * s27HD},
 		mm(formats.NVFP4, 2*s27I, s27H, EpiSwiGLU), mm(formats.NVFP4, s27H, s27I, EpiAdd), mm(formats.NVFP4, s27V, s27H, EpiStore),
 		am, sp, step,
 		CopyParams{DoneWord: done, Rows: N, RowsWord: rowsWord, N: s27H, LdX: s27H, LdY: 3 * s27H},
@@ -175,6 +171,8 @@ func TestValidateRules(t *testing.T) {
 	at := AttnParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Heads: 4, KVHeads: 2, HeadDim: 48,
 		LdQ: 192, LdO: 192, LdKV: 96, Part: 32, Parts: 3, Scale: 0.1}
 	kv := KVAppendParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Width: 96, LdK: 96, LdV: 96, LdC: 96, Capacity: 80}
+	prep := AttnPrepParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, Pos: 70, PosWord: NoWord, Heads: 4, KVHeads: 2, HeadDim: 48, RotDim: 16,
+		LdX: 576, QStride: 96, KOff: 384, VOff: 480, LdQ: 192, LdC: 96, Capacity: 80, Eps: 1e-6}
 	ga := GatherParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Width: 70, Vocab: 50, DType: 1, LdY: 70}
 	l2 := L2NormParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Groups: 3, D: 40, Ld: 120, Eps: 1e-6, Post: 1}
 	smp, err := NewSampleParams(2, 1000, 0.8, 0, 1, 20, 0)
@@ -317,6 +315,18 @@ func TestValidateRules(t *testing.T) {
 		{"kv fixed position past the caches", mut(kv, func(p *KVAppendParams) { p.Pos = 78 }), "KVAppendParams.Capacity: is 80 < Pos + Rows = 81"},
 		{"kv dynamic position: the kernel's guard", mut(kv, func(p *KVAppendParams) { p.Pos, p.PosWord = 78, 1 }), ""},
 		{"kv caches wrap", mut(kv, func(p *KVAppendParams) { p.Capacity = 1 << 26 }), "KVAppendParams.LdC: (Capacity−1)·LdC + Width"},
+		{"prep valid", prep, ""},
+		{"prep head too wide", mut(prep, func(p *AttnPrepParams) { p.HeadDim, p.RotDim = 520, 16 }), "AttnPrepParams.HeadDim: is 520, want 1 to 512"},
+		{"prep odd rotary", mut(prep, func(p *AttnPrepParams) { p.RotDim = 15 }), "AttnPrepParams.RotDim: is 15 with HeadDim 48"},
+		{"prep no kv heads", mut(prep, func(p *AttnPrepParams) { p.KVHeads = 0 }), "AttnPrepParams.KVHeads: is 0"},
+		{"prep query heads wrap", mut(prep, func(p *AttnPrepParams) { p.QStride = 1 << 31 }), "AttnPrepParams.QStride: (Rows−1)·LdX + QOff + (Heads−1)·QStride + HeadDim"},
+		{"prep value heads wrap", mut(prep, func(p *AttnPrepParams) { p.VOff = 1<<32 - 10 }), "AttnPrepParams.VOff: (Rows−1)·LdX + VOff + KVHeads·HeadDim"},
+		{"prep q rows overlap", mut(prep, func(p *AttnPrepParams) { p.LdQ = 100 }), "AttnPrepParams.LdQ: is 100 < Heads·HeadDim = 192"},
+		{"prep cache rows overlap", mut(prep, func(p *AttnPrepParams) { p.LdC = 48 }), "AttnPrepParams.LdC: is 48 < KVHeads·HeadDim = 96"},
+		{"prep fixed position past the caches", mut(prep, func(p *AttnPrepParams) { p.Pos = 78 }), "AttnPrepParams.Capacity: is 80 < Pos + Rows = 81"},
+		{"prep dynamic position: the kernel's guard", mut(prep, func(p *AttnPrepParams) { p.Pos, p.PosWord = 78, 1 }), ""},
+		{"attn gate 2", mut(at, func(p *AttnParams) { p.Gate = 2 }), "AttnParams.Gate: is 2, want ≤ 1"},
+		{"attn gate wraps", mut(at, func(p *AttnParams) { p.Gate, p.LdG, p.GateStride = 1, 1<<31, 96 }), "AttnParams.LdG: (Rows−1)·LdG + (Heads−1)·GateStride + HeadDim"},
 
 		{"gather ok", ga, ""},
 		{"gather dtype", mut(ga, func(p *GatherParams) { p.DType = 2 }), "GatherParams.DType: is 2"},

@@ -450,7 +450,6 @@ func (e *emitter) choose(x uint64, rows int, rowsWord uint32, out uint64, outOff
 // scratch.
 func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 	s, t, c, w := e.s, e.s.t, &e.s.t.Cfg, e.s.words
-	nw := uint32(kernels.NoWord)
 	h := c.Hidden
 	kd, vd, cd := c.KHeads*c.KDim, c.VHeads*c.VDim, c.ConvDim()
 	hd := c.HeadDim
@@ -552,39 +551,23 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 			nq := int(l.qkv.Geometry.N)
 			e.what("layer %d (%v) input norm and qkv", li, l.kind)
 			e.normMM(l.qkv, n, rowsWord, kernels.EpiStore, s.x.Ptr, l.inNorm, s.qkv.Ptr)
-			e.what("layer %d (%v) q norm", li, l.kind)
-			// q heads are interleaved with the gate heads (stride 2·head_dim): the heads are the
-			// rows, the n token rows the record's Tokens (one launch).
-			qn := kernels.RMSNormParams{DoneWord: e.done, Rows: uint32(c.Heads), RowsWord: nw, Groups: 1, N: uint32(hd),
-				LdX: uint32(2 * hd), LdZ: uint32(2 * hd), LdY: uint32(hd), Mode: kernels.RMSPlain, Eps: e.s.t.Cfg.RMSEps,
-				Tokens: uint32(n), LdXT: uint32(nq), LdZT: uint32(nq), LdYT: uint32(qd)}
-			e.b.add("lithos_rmsnorm", qn, qn.Grid(), f32at(s.qkv, l.qOff), l.qNorm, f32at(s.qkv, l.qOff), s.qn.Ptr)
-			e.what("layer %d (%v) k norm", li, l.kind)
-			e.rms(f32at(s.qkv, l.kOff), l.kNorm, f32at(s.qkv, l.kOff), s.kn.Ptr, n, rowsWord, c.KVHeads, hd, nq, nq, kvd, kernels.RMSPlain)
-			e.what("layer %d (%v) rope", li, l.kind)
-			for _, q := range []struct {
-				buf   *Buffer
-				heads int
-			}{{s.qn, c.Heads}, {s.kn, c.KVHeads}} {
-				rp := kernels.RopeParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position,
-					Heads: uint32(q.heads), HeadDim: uint32(hd), RotDim: uint32(c.RotaryDim), Ld: uint32(q.heads * hd)}
-				e.b.add("lithos_rope", rp, rp.Grid(), q.buf.Ptr, s.invFreq.Ptr)
-			}
-			e.what("layer %d (%v) kv append", li, l.kind)
-			kv := kernels.KVAppendParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position, Width: uint32(kvd),
-				LdK: uint32(kvd), LdV: uint32(nq), LdC: uint32(kvd), Capacity: uint32(s.opt.Capacity)}
-			e.b.add("lithos_kv_append", kv, kv.Grid(), s.kn.Ptr, f32at(s.qkv, l.vOff), s.kc[l.idx].Ptr, s.vc[l.idx].Ptr)
-			e.what("layer %d (%v) attention", li, l.kind)
+			e.what("layer %d (%v) q/k norm, rope and kv append", li, l.kind)
+			// One launch: the query heads (interleaved with the gate heads, stride 2·head_dim)
+			// normed and rotated into qn, the key heads normed and rotated straight into the key
+			// cache, the value heads copied into the value cache.
+			prep := kernels.AttnPrepParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position,
+				Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), RotDim: uint32(c.RotaryDim),
+				LdX: uint32(nq), QOff: uint32(l.qOff), QStride: uint32(2 * hd), KOff: uint32(l.kOff), VOff: uint32(l.vOff),
+				LdQ: uint32(qd), LdC: uint32(kvd), Capacity: uint32(s.opt.Capacity), Eps: c.RMSEps}
+			e.b.add("lithos_attn_prep", prep, prep.Grid(), s.qkv.Ptr, l.qNorm, l.kNorm, s.invFreq.Ptr, s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr)
+			e.what("layer %d (%v) attention and output gate", li, l.kind)
+			// The merge multiplies by σ of the gate heads (after each query head in qkv).
 			at := kernels.AttnParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position,
 				Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), LdQ: uint32(qd), LdO: uint32(qd), LdKV: uint32(kvd),
-				Part: AttnPartition, Parts: uint32(s.parts), Scale: float32(1 / math.Sqrt(float64(hd)))}
+				Part: AttnPartition, Parts: uint32(s.parts), Scale: float32(1 / math.Sqrt(float64(hd))),
+				Gate: 1, LdG: uint32(nq), GateStride: uint32(2 * hd)}
 			e.b.add("lithos_attn_partial", at, at.GridPartial(), s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr, s.pm.Ptr, s.pl.Ptr, s.po.Ptr)
-			e.b.add("lithos_attn_merge", at, at.GridMerge(), s.pm.Ptr, s.pl.Ptr, s.po.Ptr, s.att.Ptr)
-			e.what("layer %d (%v) output gate", li, l.kind)
-			ew := kernels.EwiseParams{DoneWord: e.done, Rows: uint32(c.Heads), RowsWord: nw, N: uint32(hd),
-				LdA: uint32(hd), LdB: uint32(2 * hd), LdY: uint32(hd), Mode: kernels.EwSigGate,
-				Tokens: uint32(n), LdAT: uint32(qd), LdBT: uint32(nq), LdYT: uint32(qd)}
-			e.b.add("lithos_ewise", ew, ew.Grid(), s.att.Ptr, f32at(s.qkv, l.qOff+hd), s.att.Ptr)
+			e.b.add("lithos_attn_merge", at, at.GridMerge(), s.pm.Ptr, s.pl.Ptr, s.po.Ptr, f32at(s.qkv, l.qOff+hd), s.att.Ptr)
 			e.what("layer %d (%v) o_proj", li, l.kind)
 			e.mm(l.o, n, rowsWord, kernels.EpiAdd, s.att.Ptr, s.x.Ptr, 0, 0)
 		}
@@ -777,7 +760,7 @@ func (s *Session) emitDraft(e *emitter) {
 			Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), LdQ: uint32(qd), LdO: uint32(qd), LdKV: uint32(kvd),
 			Part: AttnPartition, Parts: uint32(sp.parts), Scale: float32(1 / math.Sqrt(float64(hd))), Block: 1}
 		e.b.add("lithos_attn_partial", at, at.GridPartial(), sp.q.Ptr, sp.ctxK[li].Ptr, sp.ctxV[li].Ptr, sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr)
-		e.b.add("lithos_attn_merge", at, at.GridMerge(), sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr, sp.att.Ptr)
+		e.b.add("lithos_attn_merge", at, at.GridMerge(), sp.pm.Ptr, sp.pl.Ptr, sp.po.Ptr, sp.att.Ptr, sp.att.Ptr)
 		e.what("draft: layer %d o_proj", li)
 		e.mm(L.o.m, B, nw, kernels.EpiAdd, sp.att.Ptr, sp.h.Ptr, 0, 0)
 		e.what("draft: layer %d post norm", li)

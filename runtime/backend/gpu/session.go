@@ -59,9 +59,9 @@ type Session struct {
 	head      *Matrix
 	embDType  uint32
 
-	x, hn, zqkv, ab, conv, beta, g, o, qkv, qn, kn, att, pm, pl, po, act, logits, pv, pi *Buffer
-	gdnState, convState, kc, vc                                                          []*Buffer
-	parts                                                                                int
+	x, hn, zqkv, ab, conv, beta, g, o, qkv, qn, att, pm, pl, po, act, logits, pv, pi *Buffer
+	gdnState, convState, kc, vc                                                      []*Buffer
+	parts                                                                            int
 
 	decode  *program
 	prefill map[[2]int]*program // by (rows, last)
@@ -188,7 +188,7 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	}{
 		{&s.x, R * h}, {&s.hn, R * h}, {&s.zqkv, R * (vd + cd)}, {&s.ab, R * 2 * c.VHeads}, {&s.conv, R * cd},
 		{&s.beta, R * c.VHeads}, {&s.g, R * c.VHeads}, {&s.o, R * vd}, {&s.qkv, R * (2*qd + 2*kvd)}, {&s.qn, R * qd},
-		{&s.kn, R * kvd}, {&s.att, R * qd}, {&s.pm, R * c.Heads * s.parts}, {&s.pl, R * c.Heads * s.parts},
+		{&s.att, R * qd}, {&s.pm, R * c.Heads * s.parts}, {&s.pl, R * c.Heads * s.parts},
 		{&s.po, R * c.Heads * s.parts * hd}, {&s.act, R * c.Intermediate}, {&s.logits, R * c.Vocab},
 		{&s.pv, R * int(ar.Parts)}, {&s.pi, R * int(ar.Parts)}, {&s.targets, MaxStepRows},
 	}
@@ -716,7 +716,7 @@ func (s *Session) Close() error {
 		sp.statsHost.Free()
 	}
 	for _, b := range []*Buffer{s.ctl, s.eos, s.targets, s.invFreq, s.x, s.hn, s.zqkv, s.ab, s.conv, s.beta, s.g, s.o, s.qkv, s.qn,
-		s.kn, s.att, s.pm, s.pl, s.po, s.act, s.logits, s.pv, s.pi} {
+		s.att, s.pm, s.pl, s.po, s.act, s.logits, s.pv, s.pi} {
 		b.Free()
 	}
 	for _, l := range [][]*Buffer{s.gdnState, s.convState, s.kc, s.vc} {

@@ -222,10 +222,10 @@ func TestEmulatedSession(t *testing.T) {
 	t.Logf("%d plans (longest %d commands), %d replays, %d commands replayed, %d direct launches; kernels %v",
 		len(d.plans), longest, d.replays, d.commands, d.direct, slices.Sorted(maps.Keys(kinds)))
 	// Every layer kind (GDN: conv with the q/k L2 norm in its launch, the recurrence with its
-	// gates; attention: RoPE, KV append, partial attention and merge), the BLM products, the LM
-	// head's argmax and the step kernel.
+	// gates; attention: the q/k norms, RoPE and KV append in one launch, partial attention and
+	// the merge with the output gate), the BLM products, the LM head's argmax and the step kernel.
 	for _, k := range []string{"lithos_step", "lithos_gather", "lithos_rmsnorm", "lithos_conv", "lithos_gdn",
-		"lithos_rope", "lithos_kv_append", "lithos_attn_partial", "lithos_attn_merge", "lithos_ewise", "lithos_argmax_partial", "lithos_argmax_final", "lithos_blm_"} {
+		"lithos_attn_prep", "lithos_attn_partial", "lithos_attn_merge", "lithos_argmax_partial", "lithos_argmax_final", "lithos_blm_"} {
 		if !hasPrefix(kinds, k) {
 			t.Errorf("no plan ran %s", k)
 		}
