@@ -7,7 +7,7 @@ import (
 )
 
 // TestEntryWaitsFirst: every kernel's CUDA entry waits for the kernel before it (GRID_WAIT,
-// exactly once, then GRID_LAUNCH_DEPENDENTS and the done check) before it touches ctl or any
+// exactly once, then GRID_LAUNCH_DEPENDENTS, its step-state reads and the done check) before it touches ctl or any
 // buffer but its read-only weight tables (Buffer.NoAlias): a kernel launched with programmatic
 // dependent launch may start while its predecessor still writes those, or still reads what it
 // writes. The text before the wait may read the record (p) and the weights only — the
@@ -32,8 +32,18 @@ func TestEntryWaitsFirst(t *testing.T) {
 			t.Errorf("%s: GRID_WAIT() before the thread ids", k.Name)
 			continue
 		}
-		if !strings.HasPrefix(src[w:], "GRID_WAIT(); GRID_LAUNCH_DEPENDENTS();\n    if (p.done_word != NOWORD && ctl[p.done_word] != 0u) return;") {
-			t.Errorf("%s: the entry is not GRID_WAIT, GRID_LAUNCH_DEPENDENTS, the done check", k.Name)
+		// Between the wait and the done check: only step-state reads and threadgroup
+		// declarations (entryReads), so nothing is written before a done step returns.
+		if !strings.HasPrefix(src[w:], entryWait+"\n") {
+			t.Errorf("%s: the entry is not GRID_WAIT, GRID_LAUNCH_DEPENDENTS", k.Name)
+		} else if d := strings.Index(src[w:], "\n    "+entryDone+"\n"); d < 0 {
+			t.Errorf("%s: no done check after the entry's wait", k.Name)
+		} else {
+			for _, line := range strings.Split(src[w+len(entryWait):w+d], "\n") {
+				if !entryRead.MatchString(line) && !entryBlank.MatchString(line) {
+					t.Errorf("%s: %q between the entry's wait and its done check", k.Name, line)
+				}
+			}
 		}
 		pre := regexp.MustCompile(`//[^\n]*`).ReplaceAllString(src[i+len("LITHOS_THREAD_IDS;"):w], "")
 		if strings.TrimSpace(pre) != "" {

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"unicode"
@@ -231,17 +232,58 @@ const entryMarker = "LITHOS_ENTRY;"
 // entryBody is body with the entry: wait for the kernel before this one (programmatic
 // dependent launch; a no-op without it and on Metal: prelude GRID_WAIT), let the next one be
 // scheduled, then the done check — at the body's entryMarker, or at its top when it has none.
+// The done check goes after the step-state reads that open the body there (entryReads: its
+// row count, its position), so that their loads and the done word's are in flight together —
+// one round trip to the L2 instead of one per word before the body's first activation load.
 // It panics on a body with more than one marker (a template error).
 func entryBody(k Kernel, body string) string {
-	const code = "GRID_WAIT(); GRID_LAUNCH_DEPENDENTS();\n    if (p.done_word != NOWORD && ctl[p.done_word] != 0u) return;"
+	pre := "    "
 	switch n := strings.Count(body, entryMarker); n {
 	case 0:
-		return "    " + code + "\n" + body
 	case 1:
-		return strings.Replace(body, entryMarker, code, 1)
+		i := strings.Index(body, entryMarker)
+		pre, body = body[:i], body[i+len(entryMarker):]
 	default:
 		panic(fmt.Sprintf("kernels: ops/%s.kern has %d %s lines", k.Op, n, entryMarker))
 	}
+	reads := entryReads(body)
+	return pre + entryWait + "\n" + body[:reads] + "    " + entryDone + "\n" + body[reads:]
+}
+
+// The entry's two parts (entryBody).
+const (
+	entryWait = "GRID_WAIT(); GRID_LAUNCH_DEPENDENTS();"
+	entryDone = "if (p.done_word != NOWORD && ctl[p.done_word] != 0u) return;"
+)
+
+// entryRead is a statement a body may open with that reads a step-state word and nothing else,
+// or declares threadgroup memory: what may come between the entry's wait and its done check
+// (blank and comment lines between them too, but the done check goes before a comment that
+// opens what follows).
+var (
+	entryRead  = regexp.MustCompile(`^\s*(?:const u32 \w+ = dyn_(?:rows|value)\(ctl, p\.\w+, p\.\w+\);|TG_(?:DYN_)?ARRAY\([^;]*\);)\s*$`)
+	entryBlank = regexp.MustCompile(`^\s*(?://.*)?$`)
+)
+
+// entryReads is the length of body's opening lines up to the last that matches entryRead.
+func entryReads(body string) int {
+	n, last := 0, 0
+	for n < len(body) {
+		end := strings.IndexByte(body[n:], '\n')
+		if end < 0 {
+			end = len(body) - n
+		} else {
+			end++
+		}
+		line := strings.TrimRight(body[n:n+end], "\n")
+		if entryRead.MatchString(line) {
+			last = n + end
+		} else if !entryBlank.MatchString(line) {
+			break
+		}
+		n += end
+	}
+	return last
 }
 
 // bodyMarker separates an op template's helpers (emitted once) from its kernel body (emitted
