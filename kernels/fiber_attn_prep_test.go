@@ -12,30 +12,38 @@ import (
 
 // TestFiberAttnPrep: lithos_attn_prep against runtime/model (RMSNorm of each head, then RoPE,
 // then the cache rows) on the 27B's layout — query heads interleaved with their gate heads
-// (QStride 2·HeadDim), the key and value heads after them — for the 27B's head (256 values,
-// 64 rotated: two values per thread) and a narrow one (48 values, 16 rotated: threads past the
-// head idle). Three of at most four rows from the step state's rows word: the fourth row's q
-// and cache row stay as they were, as does every cache row outside Pos … Pos + 2.
+// (QStride 2·HeadDim) after a leading block (QOff > 0), the key and value heads after them,
+// q's rows and the caches' rows padded — for the 27B's head (256 values, 64 rotated: two
+// values per thread), a narrow one (48 values, 16 rotated: threads past the head idle), the
+// widest (AttnPrepMaxHeadDim: every value slot of a thread) and one of 320 with 160 rotated
+// (pairs across slots), the position from the step state or fixed in the record. Three of at
+// most four rows from the step state's rows word: the fourth row's q and cache row stay as
+// they were, as does every cache row outside Pos … Pos + 2.
 func TestFiberAttnPrep(t *testing.T) {
-	for _, c := range []struct{ hd, rot int }{{256, 64}, {48, 16}} {
-		t.Run(fmt.Sprintf("hd%d", c.hd), func(t *testing.T) { fiberAttnPrep(t, c.hd, c.rot) })
+	for _, c := range []struct {
+		hd, rot int
+		dynPos  bool
+	}{{256, 64, true}, {48, 16, true}, {AttnPrepMaxHeadDim, 64, true}, {320, 160, false}} {
+		t.Run(fmt.Sprintf("hd%d/rot%d/dynpos%v", c.hd, c.rot, c.dynPos), func(t *testing.T) { fiberAttnPrep(t, c.hd, c.rot, c.dynPos) })
 	}
 }
 
-func fiberAttnPrep(t *testing.T, hd, rot int) {
+func fiberAttnPrep(t *testing.T, hd, rot int, dynPos bool) {
 	r := rand.New(rand.NewPCG(61, uint64(hd)))
 	const heads, kvHeads, maxRows, rows, pos0, capacity = 4, 2, 4, 3, 9, 16
 	const eps = 1e-6
 	const rowsW, posW = 2, 1
 	kvw := kvHeads * hd
-	qOff, kOff, vOff := 0, 2*heads*hd, 2*heads*hd+kvw
+	ldc, ldq := kvw+5, heads*hd+7 // padded rows
+	qOff := 11
+	kOff, vOff := qOff+2*heads*hd, qOff+2*heads*hd+kvw
 	ldx := vOff + kvw + 3 // a padded row
 	x := randVec(r, maxRows*ldx, 3)
 	qw, kw := randVec(r, hd, 1.5), randVec(r, hd, 1.5)
-	kc0, vc0 := randVec(r, capacity*kvw, 1), randVec(r, capacity*kvw, 1)
+	kc0, vc0 := randVec(r, capacity*ldc, 1), randVec(r, capacity*ldc, 1)
 	rope := model.NewRope(1e7, rot)
 	// Reference: each head normed, then rotated at the row's position.
-	wantQ := make([]float32, maxRows*heads*hd)
+	wantQ := make([]float32, maxRows*ldq)
 	for i := range wantQ {
 		wantQ[i] = float32(math.NaN())
 	}
@@ -46,22 +54,26 @@ func fiberAttnPrep(t *testing.T, hd, rot int) {
 		rope.Tables(cos, sin, pos)
 		xr := x[row*ldx:]
 		for h := range heads {
-			dst := wantQ[(row*heads+h)*hd : (row*heads+h+1)*hd]
+			dst := wantQ[row*ldq+h*hd : row*ldq+(h+1)*hd]
 			model.RMSNorm(dst, xr[qOff+h*2*hd:qOff+h*2*hd+hd], qw, 1, eps)
 			rope.Apply(dst, hd, cos, sin)
 		}
 		for kh := range kvHeads {
-			dst := wantK[pos*kvw+kh*hd : pos*kvw+(kh+1)*hd]
+			dst := wantK[pos*ldc+kh*hd : pos*ldc+(kh+1)*hd]
 			model.RMSNorm(dst, xr[kOff+kh*hd:kOff+(kh+1)*hd], kw, 1, eps)
 			rope.Apply(dst, hd, cos, sin)
-			copy(wantV[pos*kvw+kh*hd:pos*kvw+(kh+1)*hd], xr[vOff+kh*hd:vOff+(kh+1)*hd])
+			copy(wantV[pos*ldc+kh*hd:pos*ldc+(kh+1)*hd], xr[vOff+kh*hd:vOff+(kh+1)*hd])
 		}
 	}
 	ctl := make([]uint32, 64)
-	ctl[rowsW], ctl[posW] = rows, pos0
-	p := AttnPrepParams{DoneWord: 10, Rows: maxRows, RowsWord: rowsW, PosWord: posW, Heads: heads, KVHeads: kvHeads,
+	ctl[rowsW] = rows
+	p := AttnPrepParams{DoneWord: 10, Rows: maxRows, RowsWord: rowsW, Pos: pos0, PosWord: NoWord, Heads: heads, KVHeads: kvHeads,
 		HeadDim: uint32(hd), RotDim: uint32(rot), LdX: uint32(ldx), QOff: uint32(qOff), QStride: uint32(2 * hd),
-		KOff: uint32(kOff), VOff: uint32(vOff), LdQ: uint32(heads * hd), LdC: uint32(kvw), Capacity: capacity, Eps: eps}
+		KOff: uint32(kOff), VOff: uint32(vOff), LdQ: uint32(ldq), LdC: uint32(ldc), Capacity: capacity, Eps: eps}
+	if dynPos {
+		ctl[posW] = pos0
+		p.Pos, p.PosWord = 0, posW
+	}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,19 +82,21 @@ func fiberAttnPrep(t *testing.T, hd, rot int) {
 	j.launch(t, "lithos_attn_prep", p.Grid(), j.buf(u32Bytes(ctl)), j.buf(Record(p)), j.f32(x), j.f32(qw), j.f32(kw), j.f32(rope.InvFreq), qb, kb, vb)
 	res := j.mustRun(t)
 	gotQ := bytesF32(res[qb])
-	for i, v := range gotQ[rows*heads*hd:] {
-		if !math.IsNaN(float64(v)) {
-			t.Fatalf("q row %d value %d written (%g) past the dynamic row count", rows+i/(heads*hd), i%(heads*hd), v)
+	for i, v := range gotQ {
+		if row, c := i/ldq, i%ldq; (row >= rows || c >= heads*hd) && !math.IsNaN(float64(v)) {
+			t.Fatalf("q row %d value %d written (%g): past the dynamic row count or in the row's padding", row, c, v)
 		}
 	}
 	// Σx² in float32 by 128 threads (CPU: float64), then the rotation of float32 cos/sin as
 	// TestFiberRope: a few ulp of |y| ≲ 10.
-	closeTo(t, "q", gotQ[:rows*heads*hd], wantQ[:rows*heads*hd], 4e-6, 1e-5)
+	for row := range rows {
+		closeTo(t, fmt.Sprintf("q row %d", row), gotQ[row*ldq:row*ldq+heads*hd], wantQ[row*ldq:row*ldq+heads*hd], 4e-6, 1e-5)
+	}
 	closeTo(t, "kc", bytesF32(res[kb]), wantK, 4e-6, 1e-5)
 	gotK := bytesF32(res[kb])
 	for i := range kc0 {
-		if pos := i / kvw; (pos < pos0 || pos >= pos0+rows) && gotK[i] != kc0[i] {
-			t.Fatalf("kc row %d value %d changed outside the rows' positions", pos, i%kvw)
+		if pos, c := i/ldc, i%ldc; (pos < pos0 || pos >= pos0+rows || c >= kvw) && gotK[i] != kc0[i] {
+			t.Fatalf("kc row %d value %d changed outside the rows' positions or in the row's padding", pos, c)
 		}
 	}
 	if !bytes.Equal(res[vb], f32Bytes(wantV)) {
@@ -92,16 +106,16 @@ func fiberAttnPrep(t *testing.T, hd, rot int) {
 	// The done flag set: nothing written.
 	ctl[10] = 1
 	var j2 job
-	qb, kb = j2.poison(len(wantQ)), j2.f32(kc0)
-	j2.launch(t, "lithos_attn_prep", p.Grid(), j2.buf(u32Bytes(ctl)), j2.buf(Record(p)), j2.f32(x), j2.f32(qw), j2.f32(kw), j2.f32(rope.InvFreq), qb, kb, j2.f32(vc0))
+	qb, kb, vb = j2.poison(len(wantQ)), j2.f32(kc0), j2.f32(vc0)
+	j2.launch(t, "lithos_attn_prep", p.Grid(), j2.buf(u32Bytes(ctl)), j2.buf(Record(p)), j2.f32(x), j2.f32(qw), j2.f32(kw), j2.f32(rope.InvFreq), qb, kb, vb)
 	res = j2.mustRun(t)
 	for i, v := range bytesF32(res[qb]) {
 		if !math.IsNaN(float64(v)) {
 			t.Fatalf("q value %d written with the done flag set", i)
 		}
 	}
-	if !bytes.Equal(res[kb], f32Bytes(kc0)) {
-		t.Error("kc written with the done flag set")
+	if !bytes.Equal(res[kb], f32Bytes(kc0)) || !bytes.Equal(res[vb], f32Bytes(vc0)) {
+		t.Error("a cache written with the done flag set")
 	}
 }
 

@@ -477,6 +477,7 @@ func buildRegistry() []Kernel {
 	ks = append(ks, Kernel{Name: "lithos_attn_merge", Op: "attn_merge", Threads: 128, Params: AttnParams{}, CtlRW: true,
 		Buffers: []Buffer{f32("pm", false), f32("pl", false), f32("po", false), f32("gate", false), f32("out", true)}}) // Gate 0: gate may be any buffer
 	ks = append(ks, Kernel{Name: "lithos_attn_prep", Op: "attn_prep", Threads: attnPrepThreads, Params: AttnPrepParams{}, CtlRW: true,
+		Defines: map[string]string{"PREP_REG": fmt.Sprintf("%du", attnPrepReg)},
 		Buffers: []Buffer{f32("x", false), weight("qw", "f32"), weight("kw", "f32"), weight("inv_freq", "f32"),
 			f32("q", true), f32("kc", true), f32("vc", true)}})
 	ks = append(ks, Kernel{Name: "lithos_kv_append", Op: "kv_append", Threads: kvAppendThreads, Params: KVAppendParams{}, CtlRW: true,

@@ -50,8 +50,9 @@ type RMSNormParams struct {
 	Mode          uint32
 	Eps           float32
 	// Tokens (0 means 1) repeats the rows for token t < Tokens at x + t·LdXT, z + t·LdZT,
-	// y + t·LdYT: one launch for a [tokens, rows] layout with two strides (the 27B's q norm,
-	// heads interleaved with gate heads in each token's row). The token count is fixed.
+	// y + t·LdYT: one launch for a [tokens, rows] layout with two strides (heads interleaved
+	// with gate heads in each token's row: the 27B's q norm before lithos_attn_prep took it).
+	// The token count is fixed.
 	Tokens           uint32
 	LdXT, LdZT, LdYT uint32
 }
@@ -490,14 +491,15 @@ type AttnPrepParams struct {
 	Eps                             float32
 }
 
-// attnPrepThreads is lithos_attn_prep's threadgroup; a head holds at most
-// AttnPrepMaxHeadDim = PREP_REG·attnPrepThreads values (ops/attn_prep.kern).
+// attnPrepThreads is lithos_attn_prep's threadgroup and attnPrepReg the values each thread
+// holds (its PREP_REG); a head holds at most AttnPrepMaxHeadDim of them (ops/attn_prep.kern).
 const (
 	attnPrepThreads    = 128
-	AttnPrepMaxHeadDim = 4 * attnPrepThreads
+	attnPrepReg        = 4
+	AttnPrepMaxHeadDim = attnPrepReg * attnPrepThreads
 )
 
-// Grid is one threadgroup per (head, row): Heads + KVHeads × rows.
+// Grid is one threadgroup per (head, row): (Heads + KVHeads) × rows.
 func (p AttnPrepParams) Grid() [3]uint32 { return [3]uint32{p.Heads + p.KVHeads, p.Rows, 1} }
 
 // GatherParams: y[r·LdY + i] = table[ids[IdsOff + r], i] for i < Width, the table [Vocab,

@@ -55,8 +55,8 @@ const (
 	// GuardAttnMerge: lithos_attn_merge found the same (it would merge fewer partitions than
 	// the row's keys fill).
 	GuardAttnMerge = 21
-	// GuardKVAppend: lithos_kv_append found the rows' positions, Pos … Pos + rows − 1, past
-	// the caches' Capacity rows.
+	// GuardKVAppend: lithos_kv_append or lithos_attn_prep found the rows' positions, Pos …
+	// Pos + rows − 1, past the caches' Capacity rows.
 	GuardKVAppend = 22
 	// GuardBLMCluster: a BLM kernel was launched in clusters of another size than its
 	// record's Clusters (rec.ClusterDims()), so its threadgroups could not add their K parts:
@@ -530,7 +530,7 @@ func (p KVAppendParams) Validate() error {
 }
 
 // Validate checks the record against the rules of lithos_attn_prep: Rows, Heads, KVHeads,
-// Capacity ≥ 1; HeadDim in [1, AttnPrepMaxHeadDim]; RotDim even, 2 ≤ RotDim ≤ HeadDim (as
+// Capacity ≥ 1; Heads + KVHeads threadgroups within grid x; HeadDim in [1, AttnPrepMaxHeadDim]; RotDim even, 2 ≤ RotDim ≤ HeadDim (as
 // RopeParams); x's heads ([Rows, LdX]: the query heads at QOff + h·QStride, the key and value
 // heads after KOff, VOff), q ([Rows, LdQ]) and the caches ([Capacity, LdC], KVHeads·HeadDim
 // values) within 32-bit offsets; q's and the caches' rows apart; with a fixed position, Pos +
@@ -542,6 +542,9 @@ func (p AttnPrepParams) Validate() error {
 	c.positive("Heads", p.Heads)
 	c.positive("KVHeads", p.KVHeads)
 	c.positive("Capacity", p.Capacity)
+	if uint64(p.Heads)+uint64(p.KVHeads) > maxGridX {
+		c.failf("KVHeads", "Heads + KVHeads = %d threadgroups: CUDA allows at most %d (and the kernel adds them in 32 bits)", uint64(p.Heads)+uint64(p.KVHeads), maxGridX)
+	}
 	if p.HeadDim < 1 || p.HeadDim > AttnPrepMaxHeadDim {
 		c.failf("HeadDim", "is %d, want 1 to %d (the values a threadgroup holds: ops/attn_prep.kern PREP_REG·THREADS)", p.HeadDim, AttnPrepMaxHeadDim)
 	}

@@ -318,6 +318,7 @@ func TestValidateRules(t *testing.T) {
 		{"prep valid", prep, ""},
 		{"prep head too wide", mut(prep, func(p *AttnPrepParams) { p.HeadDim, p.RotDim = 520, 16 }), "AttnPrepParams.HeadDim: is 520, want 1 to 512"},
 		{"prep odd rotary", mut(prep, func(p *AttnPrepParams) { p.RotDim = 15 }), "AttnPrepParams.RotDim: is 15 with HeadDim 48"},
+		{"prep heads wrap the grid", mut(prep, func(p *AttnPrepParams) { p.Heads, p.KVHeads = 1<<31, 1<<31 }), "AttnPrepParams.KVHeads: Heads + KVHeads = 4294967296 threadgroups"},
 		{"prep no kv heads", mut(prep, func(p *AttnPrepParams) { p.KVHeads = 0 }), "AttnPrepParams.KVHeads: is 0"},
 		{"prep query heads wrap", mut(prep, func(p *AttnPrepParams) { p.QStride = 1 << 31 }), "AttnPrepParams.QStride: (Rows−1)·LdX + QOff + (Heads−1)·QStride + HeadDim"},
 		{"prep value heads wrap", mut(prep, func(p *AttnPrepParams) { p.VOff = 1<<32 - 10 }), "AttnPrepParams.VOff: (Rows−1)·LdX + VOff + KVHeads·HeadDim"},
