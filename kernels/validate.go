@@ -241,12 +241,18 @@ func (p EwiseParams) Validate() error {
 func ropeRules(c *vcheck, rows, heads, headDim, rotDim, ld uint32) {
 	c.positive("Rows", rows)
 	c.positive("Heads", heads)
-	if rotDim < 2 || rotDim%2 != 0 || rotDim > headDim {
-		c.failf("RotDim", "is %d with HeadDim %d: want an even number in [2, HeadDim]", rotDim, headDim)
-	}
+	c.rotary(rotDim, headDim)
 	w := uint64(heads) * uint64(headDim)
 	c.span("Ld", uint64(rows), uint64(ld), w, "(Rows−1)·Ld + Heads·HeadDim")
 	c.apart("Ld", rows, uint64(ld), w, "Heads·HeadDim")
+}
+
+// rotary: RotDim even, 2 ≤ RotDim ≤ HeadDim (pairs (i, i + RotDim/2) inside a head; inv_freq
+// has RotDim/2 values).
+func (c *vcheck) rotary(rotDim, headDim uint32) {
+	if rotDim < 2 || rotDim%2 != 0 || rotDim > headDim {
+		c.failf("RotDim", "is %d with HeadDim %d: want an even number in [2, HeadDim]", rotDim, headDim)
+	}
 }
 
 // Validate checks the record against the rules of lithos_rope (ropeRules).
@@ -507,6 +513,18 @@ func (p AttnParams) Validate() error {
 	return c.err()
 }
 
+// caches: the rules of KV caches [capacity, ldc] that rows rows are appended to, width values
+// each (lithos_kv_append, lithos_attn_prep): the caches' rows apart and within 32-bit
+// offsets; with a fixed position (posWord NoWord), pos + rows ≤ capacity (a dynamic one is
+// the kernels' guard, GuardKVAppend).
+func (c *vcheck) caches(rows, pos, posWord, capacity, ldc uint32, width uint64, what string) {
+	c.apart("LdC", rows, uint64(ldc), width, what)
+	c.span("LdC", uint64(capacity), uint64(ldc), width, "(Capacity−1)·LdC + "+what)
+	if posWord == NoWord && uint64(pos)+uint64(rows) > uint64(capacity) {
+		c.failf("Capacity", "is %d < Pos + Rows = %d: rows past the caches", capacity, uint64(pos)+uint64(rows))
+	}
+}
+
 // Validate checks the record against the rules of lithos_kv_append: Rows, Width, Capacity ≥
 // 1; k, v ([Rows, LdK / LdV], Width values) and the caches ([Capacity, LdC]) within 32-bit
 // offsets; the caches' rows apart (LdC ≥ Width); with a fixed position, Pos + Rows ≤ Capacity
@@ -520,11 +538,7 @@ func (p KVAppendParams) Validate() error {
 	rows, w := uint64(p.Rows), uint64(p.Width)
 	c.span("LdK", rows, uint64(p.LdK), w, "(Rows−1)·LdK + Width")
 	c.span("LdV", rows, uint64(p.LdV), w, "(Rows−1)·LdV + Width")
-	c.apart("LdC", p.Rows, uint64(p.LdC), w, "Width")
-	c.span("LdC", uint64(p.Capacity), uint64(p.LdC), w, "(Capacity−1)·LdC + Width")
-	if p.PosWord == NoWord && uint64(p.Pos)+rows > uint64(p.Capacity) {
-		c.failf("Capacity", "is %d < Pos + Rows = %d: rows past the caches", p.Capacity, uint64(p.Pos)+rows)
-	}
+	c.caches(p.Rows, p.Pos, p.PosWord, p.Capacity, p.LdC, w, "Width")
 	c.grid(p.Grid(), [3]string{"Width", "Rows", ""})
 	return c.err()
 }
@@ -548,9 +562,7 @@ func (p AttnPrepParams) Validate() error {
 	if p.HeadDim < 1 || p.HeadDim > AttnPrepMaxHeadDim {
 		c.failf("HeadDim", "is %d, want 1 to %d (the values a threadgroup holds: ops/attn_prep.kern PREP_REG·THREADS)", p.HeadDim, AttnPrepMaxHeadDim)
 	}
-	if p.RotDim < 2 || p.RotDim%2 != 0 || p.RotDim > p.HeadDim {
-		c.failf("RotDim", "is %d with HeadDim %d: want an even number in [2, HeadDim]", p.RotDim, p.HeadDim)
-	}
+	c.rotary(p.RotDim, p.HeadDim)
 	rows, hd := uint64(p.Rows), uint64(p.HeadDim)
 	kvw := uint64(p.KVHeads) * hd
 	if p.Heads > 0 {
@@ -561,11 +573,7 @@ func (p AttnPrepParams) Validate() error {
 	qw := uint64(p.Heads) * hd
 	c.span("LdQ", rows, uint64(p.LdQ), qw, "(Rows−1)·LdQ + Heads·HeadDim")
 	c.apart("LdQ", p.Rows, uint64(p.LdQ), qw, "Heads·HeadDim")
-	c.apart("LdC", p.Rows, uint64(p.LdC), kvw, "KVHeads·HeadDim")
-	c.span("LdC", uint64(p.Capacity), uint64(p.LdC), kvw, "(Capacity−1)·LdC + KVHeads·HeadDim")
-	if p.PosWord == NoWord && uint64(p.Pos)+rows > uint64(p.Capacity) {
-		c.failf("Capacity", "is %d < Pos + Rows = %d: rows past the caches", p.Capacity, uint64(p.Pos)+rows)
-	}
+	c.caches(p.Rows, p.Pos, p.PosWord, p.Capacity, p.LdC, kvw, "KVHeads·HeadDim")
 	c.grid(p.Grid(), [3]string{"Heads", "Rows", ""})
 	return c.err()
 }
