@@ -139,10 +139,13 @@ func TestFiberRope(t *testing.T) {
 	}
 	ctl := make([]uint32, 64)
 	ctl[1] = pos0 // the position from the step state's Position word
-	p := RopeParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Pos: 0, PosWord: 1, Heads: heads, HeadDim: headDim, RotDim: rotDim, Ld: heads * headDim}
+	// Partial RoPE (RotDim < HeadDim) at Scale 1: runtime/model.Rope, what lithos_attn_prep
+	// rotates with.
+	p := RopeScaledParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Pos: 0, PosWord: 1, Heads: heads, HeadDim: headDim, RotDim: rotDim,
+		Ld: heads * headDim, Scale: 1}
 	var j job
 	xb := j.f32(x)
-	j.launch(t, "lithos_rope", p.Grid(), j.buf(u32Bytes(ctl)), j.buf(Record(p)), xb, j.f32(rope.InvFreq))
+	j.launch(t, "lithos_rope_scaled", p.Grid(), j.buf(u32Bytes(ctl)), j.buf(Record(p)), xb, j.f32(rope.InvFreq))
 	// cos/sin of the same float32 angle, float32 vs float64-rounded: 1 ulp each; |x| ≤ 2.
 	closeTo(t, "rope", bytesF32(j.mustRun(t)[xb]), want, 0, 2e-6)
 }

@@ -435,8 +435,6 @@ func buildRegistry() []Kernel {
 		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("z", false), f32("y", true)}})
 	ks = append(ks, Kernel{Name: "lithos_ewise", Op: "ewise", Threads: ewiseThreads, Params: EwiseParams{},
 		Buffers: []Buffer{f32("a", false), f32("b", false), f32("y", true)}})
-	ks = append(ks, Kernel{Name: "lithos_rope", Op: "rope", Threads: 128, Params: RopeParams{},
-		Buffers: []Buffer{f32("x", true), weight("inv_freq", "f32")}})
 	for _, layout := range []uint32{BLMLayoutBLM, BLMLayoutFragment} {
 		for _, f := range blmFormats {
 			fc, _ := blmFormatCode(f)

@@ -87,25 +87,6 @@ func (p EwiseParams) Grid() [3]uint32 {
 	return [3]uint32{ceilDiv(p.N, ewiseThreads), p.Rows, max(p.Tokens, 1)}
 }
 
-// RopeParams: partial NeoX RoPE in place (runtime/model.Rope): row r < rows is at position
-// Pos + r (PosWord: the step state's Position); each of Heads heads of HeadDim values at
-// x[r·Ld + h·HeadDim …] rotates its pairs (i, i + RotDim/2), i < RotDim/2, by the angle
-// float32(pos)·inv_freq[i]. Kernel lithos_rope, buffers x, inv_freq (RotDim/2 floats).
-type RopeParams struct {
-	DoneWord uint32
-	Rows     uint32
-	RowsWord uint32
-	Pos      uint32
-	PosWord  uint32
-	Heads    uint32
-	HeadDim  uint32
-	RotDim   uint32
-	Ld       uint32
-}
-
-// Grid is one threadgroup per row.
-func (p RopeParams) Grid() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
-
 // BLM epilogues (BLMParams.Epilogue).
 const (
 	EpiStore  = 0 // y[t, n] = s_n·Σ
@@ -469,12 +450,12 @@ func (p KVAppendParams) Grid() [3]uint32 {
 }
 
 // AttnPrepParams: an attention layer's q/k preparation in one launch (what lithos_rmsnorm
-// twice, lithos_rope twice and lithos_kv_append did): row r < rows of x ([rows, LdX], the qkv
+// twice, a RoPE launch twice and lithos_kv_append did): row r < rows of x ([rows, LdX], the qkv
 // product's output) at position Pos + r (PosWord: the Position word). Query head h < Heads, the
 // HeadDim values at x[r·LdX + QOff + h·QStride …] (QStride 2·HeadDim where the gate heads
 // interleave, runtime/model), is RMSNormed (weights qw [HeadDim], used as stored: RMSPlain, Eps)
-// and rotated by partial NeoX RoPE (RopeParams: pairs (i, i + RotDim/2), angle
-// float32(pos)·inv_freq[i]) into q[r·LdQ + h·HeadDim …]; key head kh < KVHeads at
+// and rotated by partial NeoX RoPE (runtime/model.Rope: pairs (i, i + RotDim/2), angle
+// float32(pos)·inv_freq[i], as RopeScaledParams with Scale 1) into q[r·LdQ + h·HeadDim …]; key head kh < KVHeads at
 // x[r·LdX + KOff + kh·HeadDim …] likewise (weights kw) into kc[(Pos + r)·LdC + kh·HeadDim …],
 // and value head kh at x[r·LdX + VOff + kh·HeadDim …] is copied into vc at the same place. The
 // caches hold Capacity rows: positions past them are the kernel's guard (GuardKVAppend).

@@ -116,7 +116,10 @@ type CopyParams struct {
 // Grid is ⌈N/256⌉ × rows.
 func (p CopyParams) Grid() [3]uint32 { return [3]uint32{(p.N + 255) / 256, p.Rows, 1} }
 
-// RopeScaledParams: RopeParams with cos and sin multiplied by Scale (runtime/draft.Rope). Kernel
+// RopeScaledParams: NeoX RoPE in place with cos and sin multiplied by Scale (runtime/draft.Rope;
+// Scale 1 is runtime/model.Rope): row r < rows is at position Pos + r (PosWord: the step
+// state's Position); each of Heads heads of HeadDim values at x[r·Ld + h·HeadDim …] rotates its
+// pairs (i, i + RotDim/2), i < RotDim/2, by the angle float32(pos)·inv_freq[i]. Kernel
 // lithos_rope_scaled, buffers x, inv_freq (RotDim/2 floats).
 type RopeScaledParams struct {
 	DoneWord uint32

@@ -235,40 +235,26 @@ func (p EwiseParams) Validate() error {
 	return c.err()
 }
 
-// ropeRules are the rules of lithos_rope and lithos_rope_scaled: Rows, Heads ≥ 1; RotDim even,
-// 2 ≤ RotDim ≤ HeadDim (pairs (i, i + RotDim/2) inside a head; inv_freq has RotDim/2 values);
-// x within 32-bit offsets and its rows apart (in place: Ld ≥ Heads·HeadDim).
-func ropeRules(c *vcheck, rows, heads, headDim, rotDim, ld uint32) {
-	c.positive("Rows", rows)
-	c.positive("Heads", heads)
-	c.rotary(rotDim, headDim)
-	w := uint64(heads) * uint64(headDim)
-	c.span("Ld", uint64(rows), uint64(ld), w, "(Rows−1)·Ld + Heads·HeadDim")
-	c.apart("Ld", rows, uint64(ld), w, "Heads·HeadDim")
-}
-
 // rotary: RotDim even, 2 ≤ RotDim ≤ HeadDim (pairs (i, i + RotDim/2) inside a head; inv_freq
-// has RotDim/2 values).
+// has RotDim/2 values): lithos_rope_scaled, lithos_attn_prep.
 func (c *vcheck) rotary(rotDim, headDim uint32) {
 	if rotDim < 2 || rotDim%2 != 0 || rotDim > headDim {
 		c.failf("RotDim", "is %d with HeadDim %d: want an even number in [2, HeadDim]", rotDim, headDim)
 	}
 }
 
-// Validate checks the record against the rules of lithos_rope (ropeRules).
-func (p RopeParams) Validate() error {
-	c := vcheck{rec: "RopeParams"}
-	c.done(p.DoneWord)
-	ropeRules(&c, p.Rows, p.Heads, p.HeadDim, p.RotDim, p.Ld)
-	c.grid(p.Grid(), [3]string{"", "Rows", ""})
-	return c.err()
-}
-
-// Validate checks the record against the rules of lithos_rope_scaled (as RopeParams).
+// Validate checks the record against the rules of lithos_rope_scaled: Rows, Heads ≥ 1; RotDim
+// even, 2 ≤ RotDim ≤ HeadDim (vcheck.rotary); x within 32-bit offsets and its rows apart (in
+// place: Ld ≥ Heads·HeadDim).
 func (p RopeScaledParams) Validate() error {
 	c := vcheck{rec: "RopeScaledParams"}
 	c.done(p.DoneWord)
-	ropeRules(&c, p.Rows, p.Heads, p.HeadDim, p.RotDim, p.Ld)
+	c.positive("Rows", p.Rows)
+	c.positive("Heads", p.Heads)
+	c.rotary(p.RotDim, p.HeadDim)
+	w := uint64(p.Heads) * uint64(p.HeadDim)
+	c.span("Ld", uint64(p.Rows), uint64(p.Ld), w, "(Rows−1)·Ld + Heads·HeadDim")
+	c.apart("Ld", p.Rows, uint64(p.Ld), w, "Heads·HeadDim")
 	c.grid(p.Grid(), [3]string{"", "Rows", ""})
 	return c.err()
 }
@@ -544,8 +530,8 @@ func (p KVAppendParams) Validate() error {
 }
 
 // Validate checks the record against the rules of lithos_attn_prep: Rows, Heads, KVHeads,
-// Capacity ≥ 1; Heads + KVHeads threadgroups within grid x; HeadDim in [1, AttnPrepMaxHeadDim]; RotDim even, 2 ≤ RotDim ≤ HeadDim (as
-// RopeParams); x's heads ([Rows, LdX]: the query heads at QOff + h·QStride, the key and value
+// Capacity ≥ 1; Heads + KVHeads threadgroups within grid x; HeadDim in [1, AttnPrepMaxHeadDim]; RotDim even, 2 ≤ RotDim ≤ HeadDim
+// (vcheck.rotary); x's heads ([Rows, LdX]: the query heads at QOff + h·QStride, the key and value
 // heads after KOff, VOff), q ([Rows, LdQ]) and the caches ([Capacity, LdC], KVHeads·HeadDim
 // values) within 32-bit offsets; q's and the caches' rows apart; with a fixed position, Pos +
 // Rows ≤ Capacity (a dynamic one is the kernel's guard, GuardKVAppend); grid limits.

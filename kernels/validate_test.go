@@ -153,7 +153,7 @@ func TestValidateRules(t *testing.T) {
 	sw.Capacity, sw.RingCap, sw.Block = 64, 4, 7
 	rms := RMSNormParams{DoneWord: 40, Rows: 4, RowsWord: NoWord, Groups: 2, N: 64, LdX: 128, LdZ: 128, LdY: 128, Mode: RMSGated, Eps: 1e-6}
 	ew := EwiseParams{DoneWord: NoWord, Rows: 3, RowsWord: NoWord, N: 100, LdA: 100, LdB: 200, LdY: 100, Mode: EwAdd}
-	rope := RopeParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, PosWord: 1, Heads: 4, HeadDim: 64, RotDim: 32, Ld: 256}
+	rope := RopeScaledParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, PosWord: 1, Heads: 4, HeadDim: 64, RotDim: 32, Ld: 256, Scale: 1}
 	g, err := blm.NewGeometry(blm.Spec{Format: formats.NVFP4, N: 4096, K: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -215,11 +215,11 @@ func TestValidateRules(t *testing.T) {
 		{"ewise broadcast input (LdA 0) is fine", mut(ew, func(p *EwiseParams) { p.LdA = 0 }), ""},
 
 		{"rope ok", rope, ""},
-		{"rope heads 0", mut(rope, func(p *RopeParams) { p.Heads = 0 }), "RopeParams.Heads: is 0"},
-		{"rope odd rot", mut(rope, func(p *RopeParams) { p.RotDim = 31 }), "RopeParams.RotDim: is 31"},
-		{"rope rot past head", mut(rope, func(p *RopeParams) { p.RotDim = 66 }), "RopeParams.RotDim: is 66 with HeadDim 64"},
-		{"rope rot 0", mut(rope, func(p *RopeParams) { p.RotDim = 0 }), "RopeParams.RotDim"},
-		{"rope rows overlap (in place)", mut(rope, func(p *RopeParams) { p.Ld = 128 }), "RopeParams.Ld: is 128 < Heads·HeadDim = 256"},
+		{"rope heads 0", mut(rope, func(p *RopeScaledParams) { p.Heads = 0 }), "RopeScaledParams.Heads: is 0"},
+		{"rope odd rot", mut(rope, func(p *RopeScaledParams) { p.RotDim = 31 }), "RopeScaledParams.RotDim: is 31"},
+		{"rope rot past head", mut(rope, func(p *RopeScaledParams) { p.RotDim = 66 }), "RopeScaledParams.RotDim: is 66 with HeadDim 64"},
+		{"rope rot 0", mut(rope, func(p *RopeScaledParams) { p.RotDim = 0 }), "RopeScaledParams.RotDim"},
+		{"rope rows overlap (in place)", mut(rope, func(p *RopeScaledParams) { p.Ld = 128 }), "RopeScaledParams.Ld: is 128 < Heads·HeadDim = 256"},
 		{"rope scaled ok", RopeScaledParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Heads: 4, HeadDim: 64, RotDim: 64, Ld: 256, Scale: 1}, ""},
 		{"rope scaled rot past head", RopeScaledParams{DoneWord: NoWord, Rows: 2, RowsWord: NoWord, Heads: 4, HeadDim: 64, RotDim: 128, Ld: 256, Scale: 1}, "RopeScaledParams.RotDim"},
 

@@ -352,6 +352,8 @@ func TestOpEwise(t *testing.T) {
 	}
 }
 
+// TestOpRope: partial RoPE (lithos_rope_scaled at Scale 1, RotDim < HeadDim) against
+// runtime/model.Rope, the position fixed and from the step state.
 func TestOpRope(t *testing.T) {
 	e := newOpEnv(t, 13)
 	const rows, heads, headDim, rotDim = 5, 4, 256, 64
@@ -362,8 +364,8 @@ func TestOpRope(t *testing.T) {
 		t.Run(fmt.Sprint("dynamic-position-", dyn), func(t *testing.T) {
 			e.t = t
 			pos := uint32(30011)
-			rec := kernels.RopeParams{DoneWord: kernels.NoWord, Rows: rows, RowsWord: kernels.NoWord, Pos: pos, PosWord: kernels.NoWord,
-				Heads: heads, HeadDim: headDim, RotDim: rotDim, Ld: uint32(ld)}
+			rec := kernels.RopeScaledParams{DoneWord: kernels.NoWord, Rows: rows, RowsWord: kernels.NoWord, Pos: pos, PosWord: kernels.NoWord,
+				Heads: heads, HeadDim: headDim, RotDim: rotDim, Ld: uint32(ld), Scale: 1}
 			if dyn {
 				pos = 1234
 				rec.PosWord = wordPosition
@@ -373,7 +375,7 @@ func TestOpRope(t *testing.T) {
 				defer e.setCtl(make([]uint32, 64))
 			}
 			bx, bf := e.f32(x), e.f32(rope.InvFreq)
-			e.run("lithos_rope", rec, rec.Grid(), bx, bf)
+			e.run("lithos_rope_scaled", rec, rec.Grid(), bx, bf)
 			got := e.read(bx, rows*ld)
 			cos, sin := make([]float32, rotDim/2), make([]float32, rotDim/2)
 			for r := 0; r < rows; r++ {
