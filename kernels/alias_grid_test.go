@@ -112,10 +112,10 @@ func TestGridMatchesThreads(t *testing.T) {
 		index  string                   // the template's element index expression
 		grid   func(n uint32) [3]uint32 // the record's Grid for n elements
 		axis   int
-		lanes  uint32 // threads per element (GDN: a quad per state column); 0 means 1
+		lanes  uint32 // threads per element (GDN: an octet per state column); 0 means 1
 	}{
 		{"lithos_ewise", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return EwiseParams{N: n, Rows: 3}.Grid() }, 0, 0},
-		{"lithos_gdn", "tg.y * 32u + sg * 8u + (lane >> 2)", func(n uint32) [3]uint32 { return GDNParams{VHeads: 3, VDim: n}.Grid() }, 1, 4},
+		{"lithos_gdn", "jl = sg * (32u / GDN_LANES) + lane / GDN_LANES;\n    const u32 j = tg.y * GDN_CW + jl;", func(n uint32) [3]uint32 { return GDNParams{VHeads: 3, VDim: n}.Grid() }, 1, gdnLanesPerColumn},
 		{"lithos_conv", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return ConvParams{Channels: n}.Grid() }, 0, 0},
 		{"lithos_kv_append", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return KVAppendParams{Width: n, Rows: 3}.Grid() }, 0, 0},
 		{"lithos_gather", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return GatherParams{Width: n, Rows: 3}.Grid() }, 0, 0},

@@ -150,26 +150,52 @@ func TestFiberGDNTwoSlots(t *testing.T) {
 	}
 }
 
+// TestFiberConv: the conv (one thread per channel, each chunk's window of inputs loaded once)
+// against runtime/model.CausalConv1D for kernel sizes 1 (no state), 2, 4 (the models') and
+// ConvMaxKernel, rows fewer than the state's (the new state partly the old), a chunk of
+// CONV_NORM_CHUNK = 8 and more (11, 16); with WriteOut 0 (the commit replay) only the state is
+// written.
 func TestFiberConv(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
-	const rows, C, K = 3, 300, 4
-	x := randVec(r, rows*C, 2)
-	w := randVec(r, C*K, 1)
-	st := randVec(r, (K-1)*C, 2)
-	want := make([]float32, rows*C)
-	wantSt := make([]float32, (K-1)*C)
-	if err := model.CausalConv1D(want, x, rows, st, wantSt, w, K); err != nil {
-		t.Fatal(err)
+	const C = 300
+	for _, c := range []struct{ rows, K, out int }{{3, 4, 1}, {1, 4, 1}, {2, 4, 0}, {11, 4, 1}, {16, 4, 0}, {5, 1, 1}, {1, 2, 1}, {9, 2, 1}, {3, ConvMaxKernel, 1}, {12, ConvMaxKernel, 1}} {
+		rows, K := c.rows, c.K
+		x := randVec(r, rows*C, 2)
+		w := randVec(r, C*K, 1)
+		st := randVec(r, (K-1)*C, 2)
+		want := make([]float32, rows*C)
+		wantSt := make([]float32, (K-1)*C)
+		if err := model.CausalConv1D(want, x, rows, st, wantSt, w, K); err != nil {
+			t.Fatal(err)
+		}
+		state := append(append([]float32(nil), st...), make([]float32, (K-1)*C)...) // slot 0 read, slot 1 written
+		if K == 1 {
+			state = []float32{0} // no state: any buffer
+		}
+		p := ConvParams{DoneWord: NoWord, Rows: uint32(rows), RowsWord: NoWord, Channels: C, KernelSize: uint32(K), Slot: 0, SlotWord: NoWord,
+			WriteOut: uint32(c.out), LdX: C, LdY: C}
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		var j job
+		sb, y := j.f32(state), j.poison(rows*C)
+		j.launch(t, "lithos_conv", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(x), j.f32(w), sb, y, sb, sb, sb, sb, sb)
+		res := j.mustRun(t)
+		name := fmt.Sprintf("conv, %d rows, kernel %d, out %d", rows, K, c.out)
+		if c.out != 0 {
+			closeTo(t, name, bytesF32(res[y]), want, 1e-6, 1e-6)
+		} else {
+			for i, v := range bytesF32(res[y]) {
+				if !math.IsNaN(float64(v)) {
+					t.Fatalf("%s: wrote output %d", name, i)
+				}
+			}
+		}
+		if K > 1 {
+			closeTo(t, name+": new state", bytesF32(res[sb])[(K-1)*C:], wantSt, 0, 0)
+			closeTo(t, name+": old state", bytesF32(res[sb])[:(K-1)*C], st, 0, 0)
+		}
 	}
-	state := append(append([]float32(nil), st...), make([]float32, (K-1)*C)...) // slot 0 read, slot 1 written
-	p := ConvParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, Channels: C, KernelSize: K, Slot: 0, SlotWord: NoWord,
-		WriteOut: 1, LdX: C, LdY: C}
-	var j job
-	sb, y := j.f32(state), j.poison(rows*C)
-	j.launch(t, "lithos_conv", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(x), j.f32(w), sb, y, sb, sb, sb, sb, sb)
-	res := j.mustRun(t)
-	closeTo(t, "conv out", bytesF32(res[y]), want, 1e-6, 1e-6)
-	closeTo(t, "conv new state", bytesF32(res[sb])[(K-1)*C:], wantSt, 0, 0)
 }
 
 // TestFiberConvNorm: the conv with the q/k L2 norm in its launch (ConvParams.NormGroups) writes
@@ -704,13 +730,14 @@ func equalU32(a, b []uint32) bool {
 	return true
 }
 
-// TestFiberGDNShapes: the register-resident GDN step (a quad of lanes per state column,
-// ⌈KDim/4⌉ rows per lane) against runtime/model.GDNRecurrent on shapes the 27B does not have:
-// KDim not a multiple of 4, KDim < 4 (a lane with no rows), KDim at the limit 128 (the full
-// GDN_KS array) and 127, VDim below a simdgroup's 8 columns and past a threadgroup's 32; 3 rows
-// and 11 (past the GDN_RB = 8 rows staged in threadgroup memory at a time).
+// TestFiberGDNShapes: the register-resident GDN step (an octet of lanes per state column,
+// ⌈KDim/8⌉ rows per lane, the threadgroup memory's slots past them zero) against
+// runtime/model.GDNRecurrent on shapes the 27B does not have: KDim not a multiple of 8, KDim < 8
+// and 9 (lanes with no rows, a lane with one), KDim at the limit 128 (the full GDN_KS array) and
+// 127, VDim below a simdgroup's 4 columns and past a threadgroup's 16; 3 rows, 11 and 16 (past
+// the GDN_RB = 8 rows staged in threadgroup memory at a time).
 func TestFiberGDNShapes(t *testing.T) {
-	for _, sh := range [][3]int{{5, 7, 3}, {13, 33, 3}, {1, 3, 3}, {3, 40, 3}, {6, 32, 3}, {128, 9, 3}, {127, 65, 3}, {128, 40, 11}, {13, 33, 11}} {
+	for _, sh := range [][3]int{{5, 7, 3}, {13, 33, 3}, {1, 3, 3}, {3, 40, 3}, {6, 32, 3}, {9, 2, 3}, {128, 9, 3}, {127, 65, 3}, {128, 40, 11}, {13, 33, 11}, {128, 17, 16}} {
 		t.Run(fmt.Sprint(sh), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(sh[0]), uint64(sh[1])))
 			s := model.GDNShape{KHeads: 1, VHeads: 2, KDim: sh[0], VDim: sh[1]}
@@ -753,16 +780,36 @@ func TestFiberGDNShapes(t *testing.T) {
 	}
 }
 
-// TestGDNRowsPerLane: the kernel's GDN_KS (ops/gdn.kern) is the Go side's gdnRowsPerLane, which
-// Validate's KDim ≤ 4·gdnRowsPerLane rule uses; a smaller GDN_KS would drop state rows silently.
+// TestGDNRowsPerLane: ops/gdn.kern takes its lanes per column and rows per lane from the
+// registry (GDN_LANES, GDN_KS: kernels.gdnLanesPerColumn, gdnRowsPerLane), which Validate's
+// KDim ≤ GDNMaxKDim rule and Grid use; their product must be GDNMaxKDim (fewer rows would drop
+// state rows silently), the lanes a power of two within a simdgroup (the xor shuffles), and the
+// staging must give every thread whole entries of q and k.
 func TestGDNRowsPerLane(t *testing.T) {
-	h, _ := splitTemplate("gdn")
-	want := fmt.Sprintf("#define GDN_KS %du", gdnRowsPerLane)
-	if !strings.Contains(h, want) {
-		t.Fatalf("ops/gdn.kern does not say %q (kernels.gdnRowsPerLane)", want)
+	k, _ := Lookup("lithos_gdn")
+	if k.Defines["GDN_LANES"] != fmt.Sprintf("%du", gdnLanesPerColumn) || k.Defines["GDN_KS"] != fmt.Sprintf("%du", gdnRowsPerLane) {
+		t.Fatalf("lithos_gdn defines %v, want GDN_LANES %d, GDN_KS %d", k.Defines, gdnLanesPerColumn, gdnRowsPerLane)
 	}
-	if err := (GDNParams{Rows: 1, KHeads: 1, VHeads: 1, KDim: 4*gdnRowsPerLane + 1, VDim: 8, LdQK: 4*gdnRowsPerLane + 1, LdV: 8, LdGate: 1, LdOut: 8,
+	h, body := splitTemplate("gdn")
+	for _, d := range []string{"GDN_LANES", "GDN_KS"} {
+		if strings.Contains(h, "#define "+d+" ") {
+			t.Fatalf("ops/gdn.kern defines %s itself; it comes from the registry", d)
+		}
+		if !strings.Contains(body, d) {
+			t.Fatalf("ops/gdn.kern's body does not use %s", d)
+		}
+	}
+	if gdnLanesPerColumn*gdnRowsPerLane != GDNMaxKDim || gdnLanesPerColumn&(gdnLanesPerColumn-1) != 0 || gdnLanesPerColumn < 2 || gdnLanesPerColumn > 32 {
+		t.Fatalf("%d lanes of %d rows: want a power of two in [2, 32] whose product with the rows is %d", gdnLanesPerColumn, gdnRowsPerLane, GDNMaxKDim)
+	}
+	if pk := gdnLanesPerColumn * (gdnRowsPerLane + 4); 8*pk%gdnThreads != 0 || !strings.Contains(h, "#define GDN_RB 8u") {
+		t.Fatalf("GDN_RB·GDN_PK = 8·%d is not a multiple of the %d threads (or GDN_RB is not 8)", pk, gdnThreads)
+	}
+	if GDNMaxKDim != 128 {
+		t.Fatalf("GDNMaxKDim %d, want 128 (the 27B's linear_key_head_dim)", GDNMaxKDim)
+	}
+	if err := (GDNParams{Rows: 1, KHeads: 1, VHeads: 1, KDim: GDNMaxKDim + 1, VDim: 8, LdQK: GDNMaxKDim + 1, LdV: 8, LdGate: 1, LdOut: 8,
 		DoneWord: NoWord, RowsWord: NoWord, SlotWord: NoWord}).Validate(); err == nil || !strings.Contains(err.Error(), "KDim") {
-		t.Fatalf("Validate of KDim %d: %v, want a KDim error", 4*gdnRowsPerLane+1, err)
+		t.Fatalf("Validate of KDim %d: %v, want a KDim error", GDNMaxKDim+1, err)
 	}
 }

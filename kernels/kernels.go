@@ -460,6 +460,7 @@ func buildRegistry() []Kernel {
 	ks = append(ks, Kernel{Name: "lithos_argmax_final", Op: "argmax_final", Threads: 32, Params: ArgmaxParams{},
 		Buffers: []Buffer{f32("part_v", false), buf("part_i", "u32", false), buf("out", "i32", true)}})
 	ks = append(ks, Kernel{Name: "lithos_gdn", Op: "gdn", Threads: gdnThreads, Params: GDNParams{},
+		Defines: map[string]string{"GDN_LANES": fmt.Sprintf("%du", gdnLanesPerColumn), "GDN_KS": fmt.Sprintf("%du", gdnRowsPerLane)},
 		Buffers: []Buffer{f32("q", false), f32("k", false), f32("v", false), f32("beta", true), f32("g", true), f32("state", true), f32("out", true),
 			f32("ga", false), f32("gb", false), f32("neg_a", false), f32("dt_bias", false)}}) // Gates 0: the last four may be any buffers
 	// CONV_NORM_CHUNK: the rows the fused L2 norm takes per barrier (a verify pass's 8);
@@ -467,7 +468,7 @@ func buildRegistry() []Kernel {
 	// its outputs per threadgroup (ConvParams.Grid), CONV_AB_PAIRS the input pairs per thread
 	// whose loads are in flight at once.
 	ks = append(ks, Kernel{Name: "lithos_conv", Op: "conv", Threads: convThreads, Params: ConvParams{},
-		Defines: map[string]string{"CONV_NORM_CHUNK": "8u", "CONV_AB_ROWS": "8u", "CONV_AB_OUT": fmt.Sprintf("%du", convABOut), "CONV_AB_PAIRS": "4u"},
+		Defines: map[string]string{"CONV_NORM_CHUNK": "8u", "CONV_KMAX": fmt.Sprintf("%du", ConvMaxKernel), "CONV_AB_ROWS": "8u", "CONV_AB_OUT": fmt.Sprintf("%du", convABOut), "CONV_AB_PAIRS": "4u"},
 		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("state", true), f32("y", true),
 			f32("ax", false), weight("aw", "u16"), weight("anw", "f32"), weight("ars", "f32"), f32("ay", true)}}) // ABOut 0: the last five may be any buffers
 	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{}, CtlRW: true,

@@ -20,7 +20,7 @@ import (
 const (
 	ewiseThreads    = 256
 	gdnThreads      = 128
-	gdnRowsPerLane  = 32 // GDN_KS in ops/gdn.kern: state rows per lane, KDim ≤ 4·32
+	gdnRowsPerLane  = GDNMaxKDim / gdnLanesPerColumn // GDN_KS in ops/gdn.kern: state rows per lane
 	convThreads     = 256
 	kvAppendThreads = 256
 	gatherThreads   = 256
@@ -315,9 +315,14 @@ func (p ArgmaxParams) GridPartial() [3]uint32 { return [3]uint32{p.Parts, p.Rows
 // GridFinal is one threadgroup per row (lithos_argmax_final).
 func (p ArgmaxParams) GridFinal() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 
-// GDNMaxKDim is the largest key head dimension lithos_gdn takes: four lanes of gdnRowsPerLane
-// (ops/gdn.kern GDN_KS) state rows per column. Hosts refuse larger models before any work.
-const GDNMaxKDim = 4 * gdnRowsPerLane
+// GDNMaxKDim is the largest key head dimension lithos_gdn takes: gdnLanesPerColumn lanes of
+// gdnRowsPerLane (ops/gdn.kern GDN_KS) state rows per column. Hosts refuse larger models before
+// any work.
+const GDNMaxKDim = 128
+
+// gdnLanesPerColumn: the lanes that share a state column in ops/gdn.kern (GDN_LANES: 2, 4, 8, 16
+// or 32; docs/performance.md §3.3p measured 8 against the 4 before).
+const gdnLanesPerColumn = 8
 
 // GDNParams: the gated delta rule, recurrent form (runtime/model.GDNRecurrent), on a two-slot
 // state buffer [2, VHeads, KDim, VDim] float32. The read slot is (dyn(Slot, SlotWord) & 1) ^
@@ -326,8 +331,8 @@ const GDNMaxKDim = 4 * gdnRowsPerLane
 // rows (RowsWord = the Committed word) from the same read slot with SlotXor 1, WriteOut 0. q, k:
 // [rows, LdQK] with KHeads·KDim values (L2-normalised, q scaled by 1/√d_k); v: [rows, LdV];
 // beta, g: [rows, LdGate] (g = log decay); out: [rows, LdOut]. 0 rows: nothing happens (the CPU
-// function copies the state). KDim ≤ 128: the kernel keeps a column's rows in the registers of
-// four lanes (ops/gdn.kern). Gates 1 computes β and g itself (runtime/model.GDNGates:
+// function copies the state). KDim ≤ GDNMaxKDim: the kernel keeps a column's rows in the registers of
+// gdnLanesPerColumn lanes (ops/gdn.kern). Gates 1 computes β and g itself (runtime/model.GDNGates:
 // β = σ(gb), g = neg_a·softplus(ga + dt_bias), ga and gb [rows, LdAB], one value per value
 // head) and writes them to beta and g for the commit replay (which then reads them: Gates 0);
 // with Gates 0 ga, gb, neg_a and dt_bias are not read. Kernel lithos_gdn, buffers q, k, v,
@@ -344,9 +349,11 @@ type GDNParams struct {
 	Gates, LdAB              uint32
 }
 
-// Grid is one threadgroup per (value head, 32 state columns): gdnThreads/4 columns, each over
-// the four lanes of a quad (ops/gdn.kern).
-func (p GDNParams) Grid() [3]uint32 { return [3]uint32{p.VHeads, ceilDiv(p.VDim, gdnThreads/4), 1} }
+// Grid is one threadgroup per (value head, gdnThreads/gdnLanesPerColumn = 16 state columns),
+// each column over gdnLanesPerColumn lanes (ops/gdn.kern GDN_CW).
+func (p GDNParams) Grid() [3]uint32 {
+	return [3]uint32{p.VHeads, ceilDiv(p.VDim, gdnThreads/gdnLanesPerColumn), 1}
+}
 
 // ConvParams: causal depthwise conv1d + SiLU (runtime/model.CausalConv1D) with the conv state
 // in two slots [2, KernelSize−1, Channels] (slots as GDNParams). x: [rows, LdX] (Channels values),
@@ -388,6 +395,11 @@ type ConvParams struct {
 	ABNorm                  uint32
 	ABEps                   float32
 }
+
+// ConvMaxKernel is the largest KernelSize lithos_conv takes (CONV_KMAX: a thread keeps the
+// taps and each chunk's window of inputs in registers; the Qwen3.5 configs have 4). Hosts refuse
+// larger models before any work.
+const ConvMaxKernel = 8
 
 // convABOut is the in_proj_ab outputs per threadgroup of lithos_conv (CONV_AB_OUT).
 const convABOut = 4

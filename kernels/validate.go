@@ -342,7 +342,7 @@ func (p ArgmaxParams) Validate() error {
 }
 
 // Validate checks the record against the rules of lithos_gdn: Rows, KHeads, VHeads, KDim,
-// VDim ≥ 1; KDim ≤ 128 (four lanes of GDN_KS = 32 state rows per column); VHeads a multiple
+// VDim ≥ 1; KDim ≤ GDNMaxKDim = 128 (gdnLanesPerColumn lanes of GDN_KS state rows per column); VHeads a multiple
 // of KHeads (value head h reads key head h/(VHeads/KHeads)); the
 // two-slot state, 2·VHeads·KDim·VDim values, and q, k ([Rows, LdQK], KHeads·KDim values), v
 // (VHeads·VDim), beta and g (VHeads), out (VHeads·VDim, when WriteOut) within 32-bit offsets;
@@ -355,8 +355,8 @@ func (p GDNParams) Validate() error {
 	c.positive("KHeads", p.KHeads)
 	c.positive("VHeads", p.VHeads)
 	c.positive("KDim", p.KDim)
-	if p.KDim > 4*gdnRowsPerLane {
-		c.failf("KDim", "is %d, want ≤ %d (four lanes of %d state rows per column, ops/gdn.kern GDN_KS)", p.KDim, 4*gdnRowsPerLane, gdnRowsPerLane)
+	if p.KDim > GDNMaxKDim {
+		c.failf("KDim", "is %d, want ≤ %d (%d lanes of %d state rows per column, ops/gdn.kern GDN_KS)", p.KDim, GDNMaxKDim, gdnLanesPerColumn, gdnRowsPerLane)
 	}
 	c.positive("VDim", p.VDim)
 	if p.KHeads != 0 && p.VHeads%p.KHeads != 0 || p.KHeads > p.VHeads {
@@ -384,7 +384,7 @@ func (p GDNParams) Validate() error {
 }
 
 // Validate checks the record against the rules of lithos_conv: Rows, Channels, KernelSize ≥ 1
-// (KernelSize 0 makes the history K − 1 wrap); the state (2·(KernelSize−1)·Channels values), w
+// (KernelSize 0 makes the history K − 1 wrap); KernelSize ≤ ConvMaxKernel; the state (2·(KernelSize−1)·Channels values), w
 // (Channels·KernelSize), x ([Rows, LdX], Channels values) and y (when WriteOut) within 32-bit
 // offsets; y's rows apart; with NormGroups the norm's rules (ConvParams), without it every Norm
 // field 0; with ABOut the product's: ABIn ≥ 1, ABIn and ABLdX even, its weights, ax and ay within 32-bit offsets,
@@ -395,6 +395,9 @@ func (p ConvParams) Validate() error {
 	c.positive("Rows", p.Rows)
 	c.positive("Channels", p.Channels)
 	c.positive("KernelSize", p.KernelSize)
+	if p.KernelSize > ConvMaxKernel {
+		c.failf("KernelSize", "is %d, want ≤ %d (ops/conv.kern CONV_KMAX: the taps and a chunk's inputs in registers)", p.KernelSize, ConvMaxKernel)
+	}
 	ch := uint64(p.Channels)
 	if p.KernelSize > 0 {
 		c.total("KernelSize", 2*uint64(p.KernelSize-1)*ch, "the state 2·(KernelSize−1)·Channels")

@@ -270,6 +270,7 @@ func TestValidateRules(t *testing.T) {
 		{"conv kernel size 1 (no history)", mut(conv, func(p *ConvParams) { p.KernelSize = 1 }), ""},
 		{"conv channels 0", mut(conv, func(p *ConvParams) { p.Channels = 0 }), "ConvParams.Channels: is 0"},
 		{"conv state wraps", mut(conv, func(p *ConvParams) { p.KernelSize = 1 << 23 }), "ConvParams.KernelSize: the state"},
+		{"conv kernel too large", mut(conv, func(p *ConvParams) { p.KernelSize = ConvMaxKernel + 1 }), "ConvParams.KernelSize: is 9, want ≤ 8"},
 		{"conv y overlap", mut(conv, func(p *ConvParams) { p.LdY = 299 }), "ConvParams.LdY: is 299"},
 		{"conv norm", mut(convN, func(p *ConvParams) {}), ""},
 		{"conv norm without output", mut(convN, func(p *ConvParams) { p.WriteOut = 0 }), "ConvParams.NormGroups: is 4 without WriteOut"},

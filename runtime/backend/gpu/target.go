@@ -114,6 +114,9 @@ func LoadTarget(ctx context.Context, d Device, b *bundle.Bundle) (*Target, error
 	if cfg.Count(model.GDN) > 0 && cfg.KDim > kernels.GDNMaxKDim {
 		return nil, backend.Unsupported(fmt.Errorf("bundle %s: target.config linear_key_head_dim %d: the %s GDN kernel keeps at most %d state rows per column (kernels.GDNMaxKDim)", b.Dir, cfg.KDim, d.Name(), kernels.GDNMaxKDim))
 	}
+	if cfg.Count(model.GDN) > 0 && cfg.ConvKernel > kernels.ConvMaxKernel {
+		return nil, backend.Unsupported(fmt.Errorf("bundle %s: target.config linear_conv_kernel_dim %d: the %s conv kernel takes at most %d taps (kernels.ConvMaxKernel)", b.Dir, cfg.ConvKernel, d.Name(), kernels.ConvMaxKernel))
+	}
 	t := &Target{Device: d, pfx: strings.ToLower(d.Name()), Bundle: b, Cfg: cfg, vecOff: map[string]int64{}, vecLen: map[string]int{}, mats: map[string]*Matrix{}}
 	// Plan: matrices (views of the weights) and vectors (decoded here).
 	var host []float32
