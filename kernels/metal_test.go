@@ -32,10 +32,9 @@ func TestSourceDeterministicAndComplete(t *testing.T) {
 }
 
 func TestRecordLayout(t *testing.T) {
-	p := RMSNormParams{DoneWord: NoWord, Rows: 3, RowsWord: 2, Groups: 4, N: 5, LdX: 6, LdZ: 7, LdY: 8, Mode: RMSGated, Eps: 1,
-		Tokens: 9, LdXT: 10, LdZT: 11, LdYT: 12}
+	p := RMSNormParams{DoneWord: NoWord, Rows: 3, RowsWord: 2, Groups: 4, N: 5, LdX: 6, LdZ: 7, LdY: 8, Mode: RMSGated, Eps: 1}
 	got := bytesU32(Record(p))
-	want := []uint32{0xFFFFFFFF, 3, 2, 4, 5, 6, 7, 8, 2, 0x3F800000, 9, 10, 11, 12, 0, 0}
+	want := []uint32{0xFFFFFFFF, 3, 2, 4, 5, 6, 7, 8, 2, 0x3F800000, 0, 0}
 	if len(got) != len(want) {
 		t.Fatalf("record of %d words, want %d (padded to 16 bytes)", len(got), len(want))
 	}

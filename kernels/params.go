@@ -49,22 +49,15 @@ type RMSNormParams struct {
 	LdX, LdZ, LdY uint32
 	Mode          uint32
 	Eps           float32
-	// Tokens (0 means 1) repeats the rows for token t < Tokens at x + t·LdXT, z + t·LdZT,
-	// y + t·LdYT: one launch for a [tokens, rows] layout with two strides (heads interleaved
-	// with gate heads in each token's row: the 27B's q norm before lithos_attn_prep took it).
-	// The token count is fixed.
-	Tokens           uint32
-	LdXT, LdZT, LdYT uint32
 }
 
-// Grid is one threadgroup per (group, row, token).
-func (p RMSNormParams) Grid() [3]uint32 { return [3]uint32{p.Groups, p.Rows, max(p.Tokens, 1)} }
+// Grid is one threadgroup per (group, row).
+func (p RMSNormParams) Grid() [3]uint32 { return [3]uint32{p.Groups, p.Rows, 1} }
 
 // Elementwise modes (EwiseParams.Mode).
 const (
-	EwSwiGLU  = 0 // y = silu(a)·b        (runtime/model.SwiGLU: a = gate, b = up)
-	EwSigGate = 1 // y = a·σ(b)           (runtime/model.SigmoidGate: a = o, b = gate)
-	EwAdd     = 2 // y = a + b            (residual add)
+	EwSwiGLU = 0 // y = silu(a)·b        (runtime/model.SwiGLU: a = gate, b = up)
+	EwAdd    = 1 // y = a + b            (residual add)
 )
 
 // EwiseParams: y[r·LdY + i] = f(a[r·LdA + i], b[r·LdB + i]) for r < rows, i < N. y may alias a
@@ -76,16 +69,10 @@ type EwiseParams struct {
 	N             uint32
 	LdA, LdB, LdY uint32
 	Mode          uint32
-	// Tokens (0 means 1) repeats the rows for token t < Tokens at a + t·LdAT, b + t·LdBT,
-	// y + t·LdYT (a fixed count; RMSNormParams.Tokens).
-	Tokens           uint32
-	LdAT, LdBT, LdYT uint32
 }
 
-// Grid is ⌈N/ewiseThreads⌉ × rows × tokens (one thread per element).
-func (p EwiseParams) Grid() [3]uint32 {
-	return [3]uint32{ceilDiv(p.N, ewiseThreads), p.Rows, max(p.Tokens, 1)}
-}
+// Grid is ⌈N/ewiseThreads⌉ × rows (one thread per element).
+func (p EwiseParams) Grid() [3]uint32 { return [3]uint32{ceilDiv(p.N, ewiseThreads), p.Rows, 1} }
 
 // BLM epilogues (BLMParams.Epilogue).
 const (
@@ -432,7 +419,7 @@ type AttnParams struct {
 	Scale                   float32
 	Block                   uint32
 	// Gate 1: lithos_attn_merge multiplies its outputs by σ(gate[r·LdG + h·GateStride + i])
-	// (runtime/model.SigmoidGate, what lithos_ewise EwSigGate did after it); Gate 0 reads no
+	// (runtime/model.SigmoidGate); Gate 0 reads no
 	// gate (the buffer may be any, out included).
 	Gate, LdG, GateStride uint32
 }

@@ -186,10 +186,8 @@ func (c *vcheck) grid(g [3]uint32, names [3]string) {
 }
 
 // Validate checks the record against the rules of lithos_rmsnorm: Rows, Groups, N ≥ 1; Mode
-// RMSPlain, RMSOnePlus or RMSGated; x, y (z when gated) within 32-bit offsets, token strides
-// included; y's rows apart (LdY ≥ Groups·N) and, with Tokens > 1, the tokens' outputs after
-// one another (LdYT ≥ (Rows−1)·LdY + Groups·N: the [tokens, rows] order; other disjoint
-// layouts are refused too); Rows, Tokens ≤ 65535 (grid y, z).
+// RMSPlain, RMSOnePlus or RMSGated; x, y (z when gated) within 32-bit offsets; y's rows apart
+// (LdY ≥ Groups·N); Rows ≤ 65535 (grid y).
 func (p RMSNormParams) Validate() error {
 	c := vcheck{rec: "RMSNormParams"}
 	c.done(p.DoneWord)
@@ -198,40 +196,30 @@ func (p RMSNormParams) Validate() error {
 	c.positive("N", p.N)
 	c.atMost("Mode", p.Mode, RMSGated, "RMSPlain, RMSOnePlus or RMSGated")
 	w := uint64(p.Groups) * uint64(p.N)
-	t := uint64(max(p.Tokens, 1))
-	c.span("LdX", uint64(p.Rows), uint64(p.LdX), w+(t-1)*uint64(p.LdXT), "(Tokens−1)·LdXT + (Rows−1)·LdX + Groups·N")
-	c.span("LdY", uint64(p.Rows), uint64(p.LdY), w+(t-1)*uint64(p.LdYT), "(Tokens−1)·LdYT + (Rows−1)·LdY + Groups·N")
+	c.span("LdX", uint64(p.Rows), uint64(p.LdX), w, "(Rows−1)·LdX + Groups·N")
+	c.span("LdY", uint64(p.Rows), uint64(p.LdY), w, "(Rows−1)·LdY + Groups·N")
 	if p.Mode == RMSGated {
-		c.span("LdZ", uint64(p.Rows), uint64(p.LdZ), w+(t-1)*uint64(p.LdZT), "(Tokens−1)·LdZT + (Rows−1)·LdZ + Groups·N")
+		c.span("LdZ", uint64(p.Rows), uint64(p.LdZ), w, "(Rows−1)·LdZ + Groups·N")
 	}
 	c.apart("LdY", p.Rows, uint64(p.LdY), w, "Groups·N")
-	if t > 1 && p.Rows > 0 && uint64(p.LdYT) < uint64(p.Rows-1)*uint64(p.LdY)+w {
-		c.failf("LdYT", "is %d with %d tokens: tokens' outputs overlap (want ≥ (Rows−1)·LdY + Groups·N = %d)", p.LdYT, t, uint64(p.Rows-1)*uint64(p.LdY)+w)
-	}
-	c.grid(p.Grid(), [3]string{"Groups", "Rows", "Tokens"})
+	c.grid(p.Grid(), [3]string{"Groups", "Rows", ""})
 	return c.err()
 }
 
-// Validate checks the record against the rules of lithos_ewise: Rows, N ≥ 1; Mode EwSwiGLU,
-// EwSigGate or EwAdd; a, b, y within 32-bit offsets, token strides included; y's rows apart
-// (LdY ≥ N) and, with Tokens > 1, the tokens' outputs after one another (LdYT ≥ (Rows−1)·LdY
-// + N, as RMSNormParams); Rows, Tokens ≤ 65535 (grid y, z).
+// Validate checks the record against the rules of lithos_ewise: Rows, N ≥ 1; Mode EwSwiGLU or
+// EwAdd; a, b, y within 32-bit offsets; y's rows apart (LdY ≥ N); Rows ≤ 65535 (grid y).
 func (p EwiseParams) Validate() error {
 	c := vcheck{rec: "EwiseParams"}
 	c.done(p.DoneWord)
 	c.positive("Rows", p.Rows)
 	c.positive("N", p.N)
-	c.atMost("Mode", p.Mode, EwAdd, "EwSwiGLU, EwSigGate or EwAdd")
+	c.atMost("Mode", p.Mode, EwAdd, "EwSwiGLU or EwAdd")
 	n := uint64(p.N)
-	t := uint64(max(p.Tokens, 1))
-	c.span("LdA", uint64(p.Rows), uint64(p.LdA), n+(t-1)*uint64(p.LdAT), "(Tokens−1)·LdAT + (Rows−1)·LdA + N")
-	c.span("LdB", uint64(p.Rows), uint64(p.LdB), n+(t-1)*uint64(p.LdBT), "(Tokens−1)·LdBT + (Rows−1)·LdB + N")
-	c.span("LdY", uint64(p.Rows), uint64(p.LdY), n+(t-1)*uint64(p.LdYT), "(Tokens−1)·LdYT + (Rows−1)·LdY + N")
+	c.span("LdA", uint64(p.Rows), uint64(p.LdA), n, "(Rows−1)·LdA + N")
+	c.span("LdB", uint64(p.Rows), uint64(p.LdB), n, "(Rows−1)·LdB + N")
+	c.span("LdY", uint64(p.Rows), uint64(p.LdY), n, "(Rows−1)·LdY + N")
 	c.apart("LdY", p.Rows, uint64(p.LdY), n, "N")
-	if t > 1 && p.Rows > 0 && uint64(p.LdYT) < uint64(p.Rows-1)*uint64(p.LdY)+n {
-		c.failf("LdYT", "is %d with %d tokens: tokens' outputs overlap (want ≥ (Rows−1)·LdY + N = %d)", p.LdYT, t, uint64(p.Rows-1)*uint64(p.LdY)+n)
-	}
-	c.grid(p.Grid(), [3]string{"N", "Rows", "Tokens"})
+	c.grid(p.Grid(), [3]string{"N", "Rows", ""})
 	return c.err()
 }
 

@@ -316,7 +316,7 @@ func TestOpEwise(t *testing.T) {
 	const rows, n = 3, 1000
 	lda, ldb, ldy := n+4, n+9, n+1
 	a, b := e.randn(rows*lda, 3), e.randn(rows*ldb, 3)
-	for _, mode := range []uint32{kernels.EwSwiGLU, kernels.EwSigGate, kernels.EwAdd} {
+	for _, mode := range []uint32{kernels.EwSwiGLU, kernels.EwAdd} {
 		t.Run(fmt.Sprint("mode", mode), func(t *testing.T) {
 			e.t = t
 			rec := kernels.EwiseParams{DoneWord: kernels.NoWord, Rows: rows, RowsWord: kernels.NoWord, N: n,
@@ -330,9 +330,6 @@ func TestOpEwise(t *testing.T) {
 				switch mode {
 				case kernels.EwSwiGLU:
 					model.SwiGLU(want, ar, br)
-				case kernels.EwSigGate:
-					copy(want, ar)
-					model.SigmoidGate(want, br)
 				case kernels.EwAdd:
 					for i := range want {
 						want[i] = ar[i] + br[i]

@@ -314,7 +314,7 @@ func hasPrefix(m map[string]bool, p string) bool {
 // after the plan's y argument is moved 1 KiB further into its buffer — an offset that is no
 // longer the launch's address minus the buffer's base — the sum lands there and the
 // original place keeps the poison; a change of the runtime's record after Record is not seen;
-// a change of the plan's records arena copy is (the sigmoid gate instead of the sum). The
+// a change of the plan's records arena copy is (SwiGLU instead of the sum). The
 // synthetic addresses lie outside the fiber arena (unmapped in the fiber server: a kernel
 // given one would fault).
 func TestEmulatedPlanDrives(t *testing.T) {
@@ -367,7 +367,7 @@ func TestEmulatedPlanDrives(t *testing.T) {
 		}
 	}
 	add := func(a, b float32) float32 { return a + b }
-	gate := func(a, b float32) float32 { return float32(float64(a) / (1 + math.Exp(-float64(b)))) }
+	swiglu := func(a, b float32) float32 { return float32(float64(a) / (1 + math.Exp(-float64(a))) * float64(b)) }
 	poison()
 	rp, err := q.Record(func() error { return q.Launch("lithos_ewise", p.Grid(), ctl.Ptr, prm.Ptr, a.Ptr, bb.Ptr, y.Ptr) })
 	if err != nil {
@@ -396,7 +396,7 @@ func TestEmulatedPlanDrives(t *testing.T) {
 
 	// The runtime's record changed after Record: not seen.
 	p2 := p
-	p2.Mode = kernels.EwSigGate
+	p2.Mode = kernels.EwSwiGLU
 	copy(mustBytes(t, d, prm.Ptr, len(kernels.Record(p2))), kernels.Record(p2))
 	poison()
 	if err := er.Launch(q); err != nil {
@@ -413,13 +413,13 @@ func TestEmulatedPlanDrives(t *testing.T) {
 	if err := er.Launch(q); err != nil {
 		t.Fatal(err)
 	}
-	check("replay after the plan's record changed", 0, gate)
-	// A direct launch reads the record now (setBytes): the gate.
+	check("replay after the plan's record changed", 0, swiglu)
+	// A direct launch reads the record now (setBytes): SwiGLU.
 	poison()
 	if err := q.Launch("lithos_ewise", p.Grid(), ctl.Ptr, prm.Ptr, a.Ptr, bb.Ptr, y.At(4*n)); err != nil {
 		t.Fatal(err)
 	}
-	check("direct launch at y + n floats", n, gate)
+	check("direct launch at y + n floats", n, swiglu)
 	// Copies and fills are refused inside a recording; a launch outside a buffer is named.
 	if _, err := q.Record(func() error { return q.Fill32(y, 0, 1, 0) }); err == nil {
 		t.Fatal("a fill inside Record was accepted")
