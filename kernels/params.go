@@ -307,8 +307,9 @@ func (p ArgmaxParams) GridFinal() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 // any work.
 const GDNMaxKDim = 128
 
-// gdnLanesPerColumn: the lanes that share a state column in ops/gdn.kern (GDN_LANES: 2, 4, 8, 16
-// or 32; docs/performance.md §3.3p measured 8 against the 4 before).
+// gdnLanesPerColumn: the lanes that share a state column in ops/gdn.kern (GDN_LANES: a power of
+// two, 2 … 32). On the H200 (docs/performance.md §3.3p) 4 and 8 give the same verify pass and 16
+// a slower one; 8 is the build the GPU suite ran.
 const gdnLanesPerColumn = 8
 
 // GDNParams: the gated delta rule, recurrent form (runtime/model.GDNRecurrent), on a two-slot
@@ -318,12 +319,12 @@ const gdnLanesPerColumn = 8
 // rows (RowsWord = the Committed word) from the same read slot with SlotXor 1, WriteOut 0. q, k:
 // [rows, LdQK] with KHeads·KDim values (L2-normalised, q scaled by 1/√d_k); v: [rows, LdV];
 // beta, g: [rows, LdGate] (g = log decay); out: [rows, LdOut]. 0 rows: nothing happens (the CPU
-// function copies the state). KDim ≤ GDNMaxKDim: the kernel keeps a column's rows in the registers of
-// gdnLanesPerColumn lanes (ops/gdn.kern). Gates 1 computes β and g itself (runtime/model.GDNGates:
-// β = σ(gb), g = neg_a·softplus(ga + dt_bias), ga and gb [rows, LdAB], one value per value
-// head) and writes them to beta and g for the commit replay (which then reads them: Gates 0);
-// with Gates 0 ga, gb, neg_a and dt_bias are not read. Kernel lithos_gdn, buffers q, k, v,
-// beta, g, state, out, ga, gb, neg_a, dt_bias.
+// function copies the state). KDim ≤ GDNMaxKDim: the kernel keeps a column's rows in the
+// registers of gdnLanesPerColumn lanes (ops/gdn.kern). Gates 1 computes β and g itself
+// (runtime/model.GDNGates: β = σ(gb), g = neg_a·softplus(ga + dt_bias), ga and gb [rows, LdAB],
+// one value per value head) and writes them to beta and g for the commit replay (which then
+// reads them: Gates 0); with Gates 0 ga, gb, neg_a and dt_bias are not read. Kernel lithos_gdn,
+// buffers q, k, v, beta, g, state, out, ga, gb, neg_a, dt_bias.
 type GDNParams struct {
 	DoneWord                 uint32
 	Rows                     uint32

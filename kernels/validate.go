@@ -330,8 +330,8 @@ func (p ArgmaxParams) Validate() error {
 }
 
 // Validate checks the record against the rules of lithos_gdn: Rows, KHeads, VHeads, KDim,
-// VDim ≥ 1; KDim ≤ GDNMaxKDim = 128 (gdnLanesPerColumn lanes of GDN_KS state rows per column); VHeads a multiple
-// of KHeads (value head h reads key head h/(VHeads/KHeads)); the
+// VDim ≥ 1; KDim ≤ GDNMaxKDim = 128 (gdnLanesPerColumn lanes of GDN_KS state rows per
+// column); VHeads a multiple of KHeads (value head h reads key head h/(VHeads/KHeads)); the
 // two-slot state, 2·VHeads·KDim·VDim values, and q, k ([Rows, LdQK], KHeads·KDim values), v
 // (VHeads·VDim), beta and g (VHeads), out (VHeads·VDim, when WriteOut) within 32-bit offsets;
 // out's rows apart; Gates 0 or 1, with Gates ga and gb ([Rows, LdAB], VHeads) within 32-bit
@@ -372,9 +372,9 @@ func (p GDNParams) Validate() error {
 }
 
 // Validate checks the record against the rules of lithos_conv: Rows, Channels, KernelSize ≥ 1
-// (KernelSize 0 makes the history K − 1 wrap); KernelSize ≤ ConvMaxKernel; the state (2·(KernelSize−1)·Channels values), w
-// (Channels·KernelSize), x ([Rows, LdX], Channels values) and y (when WriteOut) within 32-bit
-// offsets; y's rows apart; with NormGroups the norm's rules (ConvParams), without it every Norm
+// (KernelSize 0 makes the history K − 1 wrap); KernelSize ≤ ConvMaxKernel; the state
+// (2·(KernelSize−1)·Channels values), w (Channels·KernelSize), x ([Rows, LdX], Channels values)
+// and y (when WriteOut) within 32-bit offsets; y's rows apart; with NormGroups the norm's rules (ConvParams), without it every Norm
 // field 0; with ABOut the product's: ABIn ≥ 1, ABIn and ABLdX even, its weights, ax and ay within 32-bit offsets,
 // ay's rows apart, ABNorm 0 or 1 (with 1, ABEps in (0, 1)); without it every AB field 0.
 func (p ConvParams) Validate() error {
