@@ -198,6 +198,54 @@ func TestFiberConv(t *testing.T) {
 	}
 }
 
+// TestFiberConvOrder: the taps are summed in ascending order from 0, as runtime/model's
+// CausalConv1D (and the kernel before its inputs were loaded per chunk): with inputs 2²⁷, −2²⁷,
+// 1, 0.5 and unit weights that order gives 1.5 (every product and partial sum exact), any order
+// that adds the small terms to ±2²⁷ first loses them (0 or 2²⁷ − …). One row from the state,
+// and the normed path (the same sums) in a second launch.
+func TestFiberConvOrder(t *testing.T) {
+	const C, K = 256, 4
+	st := make([]float32, (K-1)*C)
+	x := make([]float32, C)
+	w := make([]float32, C*K)
+	for ch := 0; ch < C; ch++ {
+		st[ch], st[C+ch], st[2*C+ch], x[ch] = 1<<27, -(1 << 27), 1, 0.5
+		for j := 0; j < K; j++ {
+			w[ch*K+j] = 1
+		}
+	}
+	want := make([]float32, C)
+	wantSt := make([]float32, (K-1)*C)
+	if err := model.CausalConv1D(want, x, 1, st, wantSt, w, K); err != nil {
+		t.Fatal(err)
+	}
+	if d := want[0] - model.SiLU(1.5); d > 1e-6 || d < -1e-6 {
+		t.Fatalf("CPU conv %v, want silu(1.5) = %v: the reference does not sum in ascending order", want[0], model.SiLU(1.5))
+	}
+	state := append(append([]float32(nil), st...), make([]float32, (K-1)*C)...)
+	p := ConvParams{DoneWord: NoWord, Rows: 1, RowsWord: NoWord, Channels: C, KernelSize: K, Slot: 0, SlotWord: NoWord, WriteOut: 1, LdX: C, LdY: C}
+	var j job
+	sb, y := j.f32(state), j.poison(C)
+	j.launch(t, "lithos_conv", p.Grid(), j.buf(zeroCtl), j.buf(Record(p)), j.f32(x), j.f32(w), sb, y, sb, sb, sb, sb, sb)
+	closeTo(t, "conv of 2²⁷, −2²⁷, 1, 0.5", bytesF32(j.mustRun(t)[y]), want, 1e-6, 1e-6)
+	// The normed path: each group of 128 has unit norm after, so all outputs are equal: 1/√128.
+	pn := p
+	pn.NormGroups, pn.NormD, pn.NormEps, pn.NormPost = 2, 128, 1e-6, 1
+	if err := pn.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var k job
+	sb2, y2 := k.f32(state), k.poison(C)
+	k.launch(t, "lithos_conv", pn.Grid(), k.buf(zeroCtl), k.buf(Record(pn)), k.f32(x), k.f32(w), sb2, y2, sb2, sb2, sb2, sb2, sb2)
+	got := bytesF32(k.mustRun(t)[y2])
+	want2 := make([]float32, C)
+	for i := range want2 {
+		want2[i] = float32(1 / math.Sqrt(128))
+	}
+	closeTo(t, "normed conv of 2²⁷, −2²⁷, 1, 0.5", got, want2, 1e-6, 1e-7)
+	// A zero sum (another order) would have made the normed values 0/√eps = 0, not 1/√128.
+}
+
 // TestFiberConvNorm: the conv with the q/k L2 norm in its launch (ConvParams.NormGroups) writes
 // bit for bit what the conv and then lithos_l2norm write, for groups of 32, 64 and 128 channels
 // (the golden models' 64, the 27B's 128), the first groups scaled by Post; the other channels
@@ -782,9 +830,9 @@ func TestFiberGDNShapes(t *testing.T) {
 
 // TestGDNRowsPerLane: ops/gdn.kern takes its lanes per column and rows per lane from the
 // registry (GDN_LANES, GDN_KS: kernels.gdnLanesPerColumn, gdnRowsPerLane), which Validate's
-// KDim ≤ GDNMaxKDim rule and Grid use; their product must be GDNMaxKDim (fewer rows would drop
-// state rows silently), the lanes a power of two within a simdgroup (the xor shuffles), and the
-// staging must give every thread whole entries of q and k.
+// KDim ≤ GDNMaxKDim rule and Grid use; the lanes must divide GDNMaxKDim (fewer rows would drop
+// state rows silently) and be a power of two within a simdgroup (the xor shuffles), and the
+// staging must give every thread whole entries of q and k (which rules out 2 lanes).
 func TestGDNRowsPerLane(t *testing.T) {
 	k, _ := Lookup("lithos_gdn")
 	if k.Defines["GDN_LANES"] != fmt.Sprintf("%du", gdnLanesPerColumn) || k.Defines["GDN_KS"] != fmt.Sprintf("%du", gdnRowsPerLane) {
@@ -799,8 +847,8 @@ func TestGDNRowsPerLane(t *testing.T) {
 			t.Fatalf("ops/gdn.kern's body does not use %s", d)
 		}
 	}
-	if gdnLanesPerColumn*gdnRowsPerLane != GDNMaxKDim || gdnLanesPerColumn&(gdnLanesPerColumn-1) != 0 || gdnLanesPerColumn < 2 || gdnLanesPerColumn > 32 {
-		t.Fatalf("%d lanes of %d rows: want a power of two in [2, 32] whose product with the rows is %d", gdnLanesPerColumn, gdnRowsPerLane, GDNMaxKDim)
+	if GDNMaxKDim%gdnLanesPerColumn != 0 || gdnLanesPerColumn&(gdnLanesPerColumn-1) != 0 || gdnLanesPerColumn < 4 || gdnLanesPerColumn > 32 {
+		t.Fatalf("%d lanes: want a power of two in [4, 32] that divides %d", gdnLanesPerColumn, GDNMaxKDim)
 	}
 	if pk := gdnLanesPerColumn * (gdnRowsPerLane + 4); 8*pk%gdnThreads != 0 || !strings.Contains(h, "#define GDN_RB 8u") {
 		t.Fatalf("GDN_RB·GDN_PK = 8·%d is not a multiple of the %d threads (or GDN_RB is not 8)", pk, gdnThreads)

@@ -308,7 +308,7 @@ func (p ArgmaxParams) GridFinal() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 const GDNMaxKDim = 128
 
 // gdnLanesPerColumn: the lanes that share a state column in ops/gdn.kern (GDN_LANES: a power of
-// two, 2 … 32). On the H200 (docs/performance.md §3.3p) 4 and 8 give the same verify pass and 16
+// two, 4 … 32; with 2 the staging's entries do not divide among the threads). On the H200 (docs/performance.md §3.3p) 4 and 8 give the same verify pass and 16
 // a slower one; 8 is the build the GPU suite ran.
 const gdnLanesPerColumn = 8
 

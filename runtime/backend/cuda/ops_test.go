@@ -27,8 +27,7 @@ import (
 //
 //   - rmsnorm: |gpu − cpu| ≤ 1e-5 · max|cpu| over the group (the CPU sums x² in float64, the GPU
 //     in float32 over ≤ 1024 terms: ≤ ~1e-6 relative in 1/rms, plus two rounded products);
-//   - ewise: add exact; SwiGLU and sigmoid gate ≤ 4u·|cpu| + 1e-30 (expf vs float64 exp, two
-//     roundings);
+//   - ewise: add exact; SwiGLU ≤ 4u·|cpu| + 1e-30 (expf vs float64 exp, two roundings);
 //   - rope: rotated ≤ 1e-5 · max|x| of the head (cosf/sinf of the same float32 angle vs float64
 //     cos/sin rounded once; the angle reaches 3·10⁴ rad), the other dims exact;
 //   - BLM matrix × rows: |gpu − cpu| ≤ 2·γ_K·Σ_k|s·w_k·x_k| + 4u·|cpu|, γ_K = K·u/(1 − K·u)

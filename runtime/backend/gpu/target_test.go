@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"lithos/kernels"
 	"lithos/runtime/backend"
 	"lithos/runtime/bundle"
 	"lithos/runtime/generate/gentest"
@@ -93,6 +94,32 @@ func TestLoadRefusesWideGDNKeys(t *testing.T) {
 	_, err = LoadTarget(context.Background(), namedDevice{}, b)
 	if err == nil || !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "linear_key_head_dim 129") {
 		t.Fatalf("LoadTarget = %v, want an ErrUnsupported naming linear_key_head_dim 129", err)
+	}
+}
+
+// TestLoadRefusesLongConv: a model whose conv kernel is longer than lithos_conv takes
+// (kernels.ConvMaxKernel) is refused by LoadTarget before any device work, naming the config
+// field, with backend.ErrUnsupported.
+func TestLoadRefusesLongConv(t *testing.T) {
+	dir, err := gentest.Bundle(context.Background(), t.TempDir(), gentest.Options{NoTokenizer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	editManifest(t, dir, func(m map[string]any) {
+		c := m["target"].(map[string]any)["config"].(map[string]any)
+		if tc, ok := c["text_config"].(map[string]any); ok {
+			c = tc
+		}
+		c["linear_conv_kernel_dim"] = kernels.ConvMaxKernel + 1
+	})
+	b, err := bundle.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = LoadTarget(context.Background(), namedDevice{}, b)
+	if err == nil || !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "linear_conv_kernel_dim 9") {
+		t.Fatalf("LoadTarget = %v, want an ErrUnsupported naming linear_conv_kernel_dim 9", err)
 	}
 }
 
