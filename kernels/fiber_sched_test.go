@@ -14,8 +14,8 @@ import (
 // by mustRun runs once per schedule and the outputs must agree bitwise. A kernel whose result
 // depends on the order of its threads between two barriers (a missing barrier) or on the order
 // of its threadgroups fails here, though any one schedule may give plausible numbers.
-var fiberSchedules = flag.String("fiber.schedules", "asc,desc,random",
-	"schedules every fiber op test runs under, compared bitwise: asc, desc, random (seeded from the test name) or random:SEED")
+var fiberSchedules = flag.String("fiber.schedules", "asc,desc,random,sg",
+	"schedules every fiber op test runs under, compared bitwise: asc, desc, random (seeded from the test name), random:SEED or sg (each simdgroup to its next barrier before the next)")
 
 // schedules returns the schedule names for t: "random" becomes random:<FNV-1a of the test
 // name>, so a failure reproduces with -run and the same name.
@@ -147,6 +147,35 @@ kernel void cross_group(device float* y [[buffer(0)]], uint tid [[thread_index_i
     y[tg.x] = tg.x == 0u ? 7.0f : y[tg.x - 1u] + 1.0f;
 }
 
+// Threadgroup memory reused for a second batch without a barrier before it (lithos_gdn's
+// batches of rows): each simdgroup reads the other's slot and passes it through a SIMD call. In
+// the lock-step schedules no simdgroup gets past another's SIMD call, so every read of batch 0
+// comes before any write of batch 1; when simdgroup 0 runs ahead to its next barrier ("sg"),
+// simdgroup 1 reads batch 1's values for batch 0.
+kernel void simd_ahead(device float* y [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+    threadgroup float s[64];
+    float acc = 0.0f;
+    for (uint b = 0u; b < 2u; b++) {
+        s[tid] = float(b * 1000u + tid);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        acc += simd_shuffle_xor(s[(tid + 32u) % 64u], ushort(1));
+    }
+    y[tid] = acc;
+}
+
+// The same with the barrier before the second batch's writes: correct under every schedule.
+kernel void simd_ahead_ok(device float* y [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+    threadgroup float s[64];
+    float acc = 0.0f;
+    for (uint b = 0u; b < 2u; b++) {
+        if (b > 0u) threadgroup_barrier(mem_flags::mem_threadgroup);
+        s[tid] = float(b * 1000u + tid);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        acc += simd_shuffle_xor(s[(tid + 32u) % 64u], ushort(1));
+    }
+    y[tid] = acc;
+}
+
 // 36000 bytes of threadgroup memory: more than Metal's 32 KiB.
 kernel void too_much_tg(device float* y [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
     threadgroup float big[9000];
@@ -159,7 +188,7 @@ kernel void too_much_tg(device float* y [[buffer(0)]], uint tid [[thread_index_i
 // schedProgram builds schedKernels into a fiber executable.
 func schedProgram(t *testing.T) string {
 	t.Helper()
-	order := []string{"missing_barrier", "with_barrier", "unwritten_tg", "divergent_loop", "uniform_loop", "cross_group", "too_much_tg"}
+	order := []string{"missing_barrier", "with_barrier", "unwritten_tg", "divergent_loop", "uniform_loop", "cross_group", "too_much_tg", "simd_ahead", "simd_ahead_ok"}
 	calls := map[string]string{}
 	for _, n := range order {
 		calls[n] = n + "((float*)a[0], ids.tid)"
@@ -251,6 +280,35 @@ func TestFiberDetectors(t *testing.T) {
 		t.Log(err)
 	})
 
+	t.Run("a simdgroup running ahead: only sg shows it", func(t *testing.T) {
+		for _, s := range []string{"asc", "desc", "random:1"} {
+			j := one("simd_ahead", 1, 64)
+			j.sched = s
+			res, err := j.run(t, exe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := bytesF32(res[0])[0], float32(2*(32^1)+1000); got != want {
+				t.Fatalf("simd_ahead under %s: y[0] = %g, want %g (lock-step: batch 0's read before batch 1's write)", s, got, want)
+			}
+		}
+		_, err := one("simd_ahead", 1, 64).runSchedules(t, exe)
+		if err == nil || !strings.Contains(err.Error(), "and sg disagree: buffer 0") {
+			t.Fatalf("error %v, want sg to disagree", err)
+		}
+		t.Log(err)
+		res, err := one("simd_ahead_ok", 1, 64).runSchedules(t, exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range bytesF32(res[0]) {
+			o := float32(((i + 32) % 64) ^ 1)
+			if want := 2*o + 1000; v != want {
+				t.Fatalf("simd_ahead_ok: y[%d] = %g, want %g", i, v, want)
+			}
+		}
+	})
+
 	t.Run("threadgroup memory over 32 KiB", func(t *testing.T) {
 		_, err := one("too_much_tg", 1, 64).run(t, exe)
 		if err == nil || !strings.Contains(err.Error(), "threadgroup array big (36000 bytes") {
@@ -268,7 +326,7 @@ func testScheduleOption(t *testing.T, exe string) {
 	j := &job{sched: "sideways"}
 	j.poison(64)
 	j.disps = append(j.disps, dispatch{name: "with_barrier", grid: [3]uint32{1, 1, 1}, threads: 64, args: []int{0}})
-	if _, err := j.run(t, exe); err == nil || !strings.Contains(err.Error(), "want asc, desc or random:SEED") {
+	if _, err := j.run(t, exe); err == nil || !strings.Contains(err.Error(), "want asc, desc, random:SEED (decimal) or sg") {
 		t.Fatalf("unknown schedule: %v", err)
 	}
 	// missing_barrier's y[tid] is tid+1+100 when thread tid+1 ran before thread tid, else tid+1.

@@ -27,7 +27,8 @@
 // Schedules (environment LITHOS_FIBER_SCHEDULE): "asc" (default) runs the ready fibers of each
 // round in ascending thread order and the threadgroups in ascending linear order (x fastest);
 // "desc" in descending order for both; "random:SEED" in an order drawn afresh for every round
-// and every dispatch from a splitmix64 generator seeded with SEED. A kernel whose result depends
+// and every dispatch from a splitmix64 generator seeded with SEED; "sg" runs each simdgroup in
+// turn to its next barrier (kSimdMajor below), the threadgroups ascending. A kernel whose result depends
 // on the order of threads between two barriers (a missing barrier) or on the order of
 // threadgroups gives different bytes under different schedules; the Go harness compares them.
 //
@@ -106,7 +107,13 @@ struct Fiber {
 static const size_t kStack = 256 * 1024;
 
 // Schedule is the order in which ready fibers run in a round and threadgroups in a dispatch.
-enum ScheduleKind { kAscending, kDescending, kRandom };
+// kSimdMajor ("sg") runs each simdgroup, in ascending order, through its SIMD calls until all
+// its lanes wait at a barrier or have returned, before the next simdgroup starts: one simdgroup
+// as far ahead of the others as the hardware may let it run. A kernel that reuses threadgroup
+// memory without the barrier between (one simdgroup writing the next batch while another still
+// reads the last) gives other bytes than under the lock-step schedules, where no simdgroup gets
+// past another's next SIMD call.
+enum ScheduleKind { kAscending, kDescending, kRandom, kSimdMajor };
 
 struct Runtime {
     const char* kname = "";
@@ -487,10 +494,19 @@ static void run_cluster() {
     std::vector<unsigned> ws;
     char b[1024];
     for (;;) {
-        make_order(rt.order, n);
-        for (unsigned i : rt.order) {
-            if (rt.fibers[i].state != kReady) continue;
-            resume(i);
+        if (rt.schedule == kSimdMajor) {
+            for (unsigned g = 0; g < n / 32; g++) {
+                do {
+                    for (unsigned i = 32 * g; i < 32 * g + 32; i++)
+                        if (rt.fibers[i].state == kReady) resume(i);
+                } while (resolve_simd(g));
+            }
+        } else {
+            make_order(rt.order, n);
+            for (unsigned i : rt.order) {
+                if (rt.fibers[i].state != kReady) continue;
+                resume(i);
+            }
         }
         bool done = true, progress = false;
         for (unsigned i = 0; i < n; i++) done = done && rt.fibers[i].state == kDone;
@@ -586,13 +602,18 @@ inline void dispatch(const char* name, Entry fn, void** args, uint3 ngroups, uns
     }
 }
 
-// set_schedule reads LITHOS_FIBER_SCHEDULE: asc (default), desc or random:SEED.
+// set_schedule reads LITHOS_FIBER_SCHEDULE: asc (default), desc, random:SEED or sg.
 static void set_schedule() {
     const char* s = std::getenv("LITHOS_FIBER_SCHEDULE");
     if (!s || !*s || std::strcmp(s, "asc") == 0) return;
     if (std::strcmp(s, "desc") == 0) {
         rt.schedule = kDescending;
         rt.schedule_name = "desc";
+        return;
+    }
+    if (std::strcmp(s, "sg") == 0) {
+        rt.schedule = kSimdMajor;
+        rt.schedule_name = "sg";
         return;
     }
     if (std::strncmp(s, "random:", 7) == 0 && s[7]) {
@@ -605,7 +626,7 @@ static void set_schedule() {
             return;
         }
     }
-    fail(std::string("LITHOS_FIBER_SCHEDULE=") + s + ": want asc, desc or random:SEED (decimal)");
+    fail(std::string("LITHOS_FIBER_SCHEDULE=") + s + ": want asc, desc, random:SEED (decimal) or sg");
 }
 
 // Buffer memory: the data ends at a page boundary, the next page is inaccessible.
