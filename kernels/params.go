@@ -308,8 +308,9 @@ func (p ArgmaxParams) GridFinal() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
 const GDNMaxKDim = 128
 
 // gdnLanesPerColumn: the lanes that share a state column in ops/gdn.kern (GDN_LANES: a power of
-// two, 4 … 32; with 2 the staging's entries do not divide among the threads). On the H200 (docs/performance.md §3.3p) 4 and 8 give the same verify pass and 16
-// a slower one; 8 is the build the GPU suite ran.
+// two, 4 … 32; with 2 the staging's entries do not divide among the threads). On the H200
+// (docs/performance.md §3.3p) 4 and 8 give the same verify pass and 16 a slower one; 8 is the
+// build the GPU suite ran.
 const gdnLanesPerColumn = 8
 
 // GDNParams: the gated delta rule, recurrent form (runtime/model.GDNRecurrent), on a two-slot
@@ -420,8 +421,7 @@ type AttnParams struct {
 	Scale                   float32
 	Block                   uint32
 	// Gate 1: lithos_attn_merge multiplies its outputs by σ(gate[r·LdG + h·GateStride + i])
-	// (runtime/model.SigmoidGate); Gate 0 reads no
-	// gate (the buffer may be any, out included).
+	// (runtime/model.SigmoidGate); Gate 0 reads no gate (the buffer may be any, out included).
 	Gate, LdG, GateStride uint32
 }
 

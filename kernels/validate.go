@@ -374,9 +374,10 @@ func (p GDNParams) Validate() error {
 // Validate checks the record against the rules of lithos_conv: Rows, Channels, KernelSize ≥ 1
 // (KernelSize 0 makes the history K − 1 wrap); KernelSize ≤ ConvMaxKernel; the state
 // (2·(KernelSize−1)·Channels values), w (Channels·KernelSize), x ([Rows, LdX], Channels values)
-// and y (when WriteOut) within 32-bit offsets; y's rows apart; with NormGroups the norm's rules (ConvParams), without it every Norm
-// field 0; with ABOut the product's: ABIn ≥ 1, ABIn and ABLdX even, its weights, ax and ay within 32-bit offsets,
-// ay's rows apart, ABNorm 0 or 1 (with 1, ABEps in (0, 1)); without it every AB field 0.
+// and y (when WriteOut) within 32-bit offsets; y's rows apart; with NormGroups the norm's rules
+// (ConvParams), without it every Norm field 0; with ABOut the product's: ABIn ≥ 1, ABIn and
+// ABLdX even, its weights, ax and ay within 32-bit offsets, ay's rows apart, ABNorm 0 or 1 (with
+// 1, ABEps in (0, 1)); without it every AB field 0.
 func (p ConvParams) Validate() error {
 	c := vcheck{rec: "ConvParams"}
 	c.done(p.DoneWord)
