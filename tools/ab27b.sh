@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# ab27b.sh: A/B of several lithos-run builds on the 27B-shaped bundle in one device call
+# (docs/performance.md §3.3p and §8.13 were measured this way). On the Go machine build each
+# variant into its own folder and carry them with the pack binary in one xz tar (the call's
+# 64 MiB limit counts the tracked tree too):
+#   for v in base new; do (worktree of v) CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /tmp/nb/$v/lithos-run ./cmd/lithos-run; done
+#   CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /tmp/nb/lithos-pack ./cmd/lithos-pack
+#   tar cf - -C /tmp/nb . | xz -9e > bin/nb.tar.xz
+# then on the GPU machine, from the repository root:
+#   TAR=bin/nb.tar.xz ORDER="new base new base" OUT=$OUT tools/ab27b.sh
+# Each name in ORDER runs `lithos-run bench --backend cuda --context 4096 --max-tokens 64 --runs 2`
+# once, in that order (interleave them: the clocks drift within a call). SELFCHECK=NAME adds the
+# first-use self-check of that build. Everything goes to $OUT/ab.log as it happens — not through
+# a pipe, so a call cut off by its time limit still returns what was measured — one summary line
+# per run, and $OUT/ab-NAME-I.json.
+set -u
+[ -n "${ORDER:-}" ] || { echo "ab27b.sh: ORDER names the builds in /tmp/nb to run" >&2; exit 2; }
+command -v nvidia-smi >/dev/null || { echo "ab27b.sh: no nvidia-smi: run it on the GPU machine" >&2; exit 1; }
+OUT=$(realpath -m "${OUT:-/tmp/ab27b}")
+mkdir -p "$OUT" /tmp/nb /tmp/w
+L=$OUT/ab.log
+exec >>"$L" 2>&1
+[ -f "${TAR:-bin/nb.tar.xz}" ] && xz -dc "${TAR:-bin/nb.tar.xz}" | tar xf - -C /tmp/nb
+t0=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+cd /tmp/w
+if [ ! -e q.lithos ]; then
+  cp /tmp/nb/lithos-pack . && chmod +x lithos-pack || { echo "no /tmp/nb/lithos-pack"; exit 1; }
+  ./lithos-pack synth --random qwen3.8-27b-nvfp4 --text-only -o T >/dev/null 2>&1 || echo synth T failed
+  ./lithos-pack synth --random dspark-qwen3.8-27b-bf16 -o H >/dev/null 2>&1 || echo synth H failed
+  ./lithos-pack pack T --draft H -o q.lithos >/dev/null 2>&1 || echo pack failed
+  rm -rf T H
+fi
+echo "bundle ready at $(( $(date +%s) - t0 )) s"
+i=0
+for v in $ORDER; do
+  i=$((i + 1))
+  j=$OUT/ab-$v-$i.json
+  if timeout "${BENCH_T:-120}" /tmp/nb/$v/lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 --json >"$j" 2>"$OUT/ab-$v-$i.err"; then
+    python3 -c "
+import json,sys; d=json.load(open(sys.argv[1])); p=d['plain']; ss=d['speculative']['speculative']; q=d['passes']; r=q.get('round') or {}
+print(sys.argv[2], 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'prefill %.0f'%p['prefill_tok_per_s'], 'draft %.2f verify %.2f ms'%(ss['draft_ms_per_round'],ss['verify_ms_per_round']), 'round %.2f ms %.3fx'%(r.get('ms',0),q.get('round_over_verify',0)), 'spec %.1f tok/s'%d['speculative']['decode_tok_per_s'], 'identical', d.get('identical'), 'floor', round(d['read_gb_per_s']))" "$j" "$v"
+  else
+    echo "$v failed:"; tail -n 3 "$OUT/ab-$v-$i.err"
+  fi
+  echo "  at $(( $(date +%s) - t0 )) s"
+done
+if [ -n "${SELFCHECK:-}" ]; then
+  LITHOS_SELFCHECK=force timeout 90 /tmp/nb/$SELFCHECK/lithos-run generate q.lithos --prompt-ids 1,2,3 --max-tokens 4 --json >"$OUT/selfcheck.json" 2>"$OUT/selfcheck.err"
+  echo "selfcheck $SELFCHECK rc=$?"; grep -i "self-check" "$OUT/selfcheck.err" | tail -n 3
+fi
+echo "done at $(( $(date +%s) - t0 )) s"
