@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,55 +72,38 @@ func TestCheckHead(t *testing.T) {
 	}
 }
 
-// TestLoadRefusesWideGDNKeys: a model whose GDN key heads are wider than the kernel holds
-// (kernels.GDNMaxKDim) is refused by LoadTarget before any device work, naming the config
-// field, with backend.ErrUnsupported (so --backend auto runs it on the CPU).
-func TestLoadRefusesWideGDNKeys(t *testing.T) {
-	dir, err := gentest.Bundle(context.Background(), t.TempDir(), gentest.Options{NoTokenizer: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	editManifest(t, dir, func(m map[string]any) {
-		c := m["target"].(map[string]any)["config"].(map[string]any)
-		if tc, ok := c["text_config"].(map[string]any); ok {
-			c = tc
-		}
-		c["linear_key_head_dim"] = 129
-	})
-	b, err := bundle.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	_, err = LoadTarget(context.Background(), namedDevice{}, b)
-	if err == nil || !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "linear_key_head_dim 129") {
-		t.Fatalf("LoadTarget = %v, want an ErrUnsupported naming linear_key_head_dim 129", err)
-	}
-}
-
-// TestLoadRefusesLongConv: a model whose conv kernel is longer than lithos_conv takes
+// TestLoadRefusesKernelLimits: a model whose GDN key heads are wider than the delta-rule kernel
+// holds (kernels.GDNMaxKDim) or whose conv is longer than lithos_conv takes
 // (kernels.ConvMaxKernel) is refused by LoadTarget before any device work, naming the config
-// field, with backend.ErrUnsupported.
-func TestLoadRefusesLongConv(t *testing.T) {
-	dir, err := gentest.Bundle(context.Background(), t.TempDir(), gentest.Options{NoTokenizer: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	editManifest(t, dir, func(m map[string]any) {
-		c := m["target"].(map[string]any)["config"].(map[string]any)
-		if tc, ok := c["text_config"].(map[string]any); ok {
-			c = tc
-		}
-		c["linear_conv_kernel_dim"] = kernels.ConvMaxKernel + 1
-	})
-	b, err := bundle.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	_, err = LoadTarget(context.Background(), namedDevice{}, b)
-	if err == nil || !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "linear_conv_kernel_dim 9") {
-		t.Fatalf("LoadTarget = %v, want an ErrUnsupported naming linear_conv_kernel_dim 9", err)
+// field, with backend.ErrUnsupported (so --backend auto runs it on the CPU).
+func TestLoadRefusesKernelLimits(t *testing.T) {
+	for _, c := range []struct {
+		field string
+		value int
+	}{{"linear_key_head_dim", kernels.GDNMaxKDim + 1}, {"linear_conv_kernel_dim", kernels.ConvMaxKernel + 1}} {
+		t.Run(c.field, func(t *testing.T) {
+			dir, err := gentest.Bundle(context.Background(), t.TempDir(), gentest.Options{NoTokenizer: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			editManifest(t, dir, func(m map[string]any) {
+				cfg := m["target"].(map[string]any)["config"].(map[string]any)
+				if tc, ok := cfg["text_config"].(map[string]any); ok {
+					cfg = tc
+				}
+				cfg[c.field] = c.value
+			})
+			b, err := bundle.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			_, err = LoadTarget(context.Background(), namedDevice{}, b)
+			want := fmt.Sprintf("%s %d", c.field, c.value)
+			if err == nil || !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("LoadTarget = %v, want an ErrUnsupported naming %s", err, want)
+			}
+		})
 	}
 }
 
