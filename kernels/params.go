@@ -309,9 +309,11 @@ const GDNMaxKDim = 128
 
 // gdnLanesPerColumn: the lanes that share a state column in ops/gdn.kern (GDN_LANES: a power of
 // two, 4 … 32; with 2 the staging's entries do not divide among the threads). On the H200
-// (docs/performance.md §3.3p) 4 and 8 give the same verify pass and 16 a slower one; 8 is the
-// build the GPU suite ran.
-const gdnLanesPerColumn = 8
+// (docs/performance.md §3.3p, §8.14) 4 and 8 give the same verify pass (9.51–9.52 against
+// 9.50 ms), 4 a plain decode step 0.6 % faster (114.0–114.2 against 113.4–113.5 tok/s, two
+// interleaved runs each) and 16 a slower verify pass; the GPU suite and the first-use
+// self-check ran with 4.
+const gdnLanesPerColumn = 4
 
 // GDNParams: the gated delta rule, recurrent form (runtime/model.GDNRecurrent), on a two-slot
 // state buffer [2, VHeads, KDim, VDim] float32. The read slot is (dyn(Slot, SlotWord) & 1) ^
@@ -338,7 +340,7 @@ type GDNParams struct {
 	Gates, LdAB              uint32
 }
 
-// Grid is one threadgroup per (value head, gdnThreads/gdnLanesPerColumn = 16 state columns),
+// Grid is one threadgroup per (value head, gdnThreads/gdnLanesPerColumn = 32 state columns),
 // each column over gdnLanesPerColumn lanes (ops/gdn.kern GDN_CW).
 func (p GDNParams) Grid() [3]uint32 {
 	return [3]uint32{p.VHeads, ceilDiv(p.VDim, gdnThreads/gdnLanesPerColumn), 1}
