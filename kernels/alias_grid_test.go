@@ -112,7 +112,7 @@ func TestGridMatchesThreads(t *testing.T) {
 		index  string                   // the template's element index expression
 		grid   func(n uint32) [3]uint32 // the record's Grid for n elements
 		axis   int
-		lanes  uint32 // threads per element (GDN: an octet per state column); 0 means 1
+		lanes  uint32 // threads per element (GDN: gdnLanesPerColumn lanes per state column); 0 means 1
 	}{
 		{"lithos_ewise", "tg.x * THREADS + tid", func(n uint32) [3]uint32 { return EwiseParams{N: n, Rows: 3}.Grid() }, 0, 0},
 		{"lithos_gdn", "jl = sg * (32u / GDN_LANES) + lane / GDN_LANES;\n    const u32 j = tg.y * GDN_CW + jl;", func(n uint32) [3]uint32 { return GDNParams{VHeads: 3, VDim: n}.Grid() }, 1, gdnLanesPerColumn},

@@ -778,11 +778,11 @@ func equalU32(a, b []uint32) bool {
 	return true
 }
 
-// TestFiberGDNShapes: the register-resident GDN step (an octet of lanes per state column,
-// ⌈KDim/8⌉ rows per lane, the threadgroup memory's slots past them zero) against
-// runtime/model.GDNRecurrent on shapes the 27B does not have: KDim not a multiple of 8, KDim < 8
-// and 9 (lanes with no rows, a lane with one), KDim at the limit 128 (the full GDN_KS array) and
-// 127, VDim below a simdgroup's 4 columns and past a threadgroup's 16; 3 rows, 11 and 16 (past
+// TestFiberGDNShapes: the register-resident GDN step (gdnLanesPerColumn = 4 lanes per state
+// column, ⌈KDim/4⌉ rows per lane, the threadgroup memory's slots past them zero) against
+// runtime/model.GDNRecurrent on shapes the 27B does not have: KDim not a multiple of 4, KDim 1
+// and 3 (lanes with no rows), 5 and 13 (a lane with one), KDim at the limit 128 (the full GDN_KS
+// array) and 127, VDim below a simdgroup's 8 columns and past a threadgroup's 32; 3 rows, 11 and 16 (past
 // the GDN_RB = 8 rows staged in threadgroup memory at a time).
 func TestFiberGDNShapes(t *testing.T) {
 	for _, sh := range [][3]int{{5, 7, 3}, {13, 33, 3}, {1, 3, 3}, {3, 40, 3}, {6, 32, 3}, {9, 2, 3}, {128, 9, 3}, {127, 65, 3}, {128, 40, 11}, {13, 33, 11}, {128, 17, 16}} {
