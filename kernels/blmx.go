@@ -50,11 +50,20 @@ func blmxChunk(f formats.Format) (ksteps, bytes int64, ok bool) {
 	return 0, 0, false
 }
 
-// BLMXGroup is the items (chunks of one block) a simdgroup of the MMA-layout kernels computes
-// per step and loads one step ahead, in registers (BLMX_D in ops/blmx.kern, which Source defines
-// from it): chunks per block and per K part are multiples of it, so that a step never spans two
-// blocks. Changing it changes the copy's padding, the splits and the kernels together.
+// BLMXGroup is the host's padding unit of the MMA layout: chunks per block and per K part are
+// multiples of it, so that a simdgroup's step (blmxStep items, which divides it) never spans
+// two blocks. Changing it changes the copy's padding and the splits.
 const BLMXGroup = 4
+
+// blmxStep is the items (chunks of one block) a simdgroup of the MMA-layout kernels computes
+// per step and loads one step ahead, in registers (BLMX_D in ops/blmx.kern, which Source defines
+// from it); it divides BLMXGroup. The split's slots (blmxShape) follow it. With BLMXThreads, a
+// one-constant change for a variant of the kernels (docs/performance.md §3.3r: 1,024 threads
+// at steps of 2 items, 768 at 4, both slower on the H200).
+const blmxStep = 4
+
+// blmxStep divides BLMXGroup: a negative array length stops the build otherwise.
+var _ [-(BLMXGroup % blmxStep)]struct{}
 
 // BLMXChunks returns the chunks per block of g's MMA layout: ⌈K / (16·k-steps per chunk)⌉ (64
 // columns for NVFP4, 32 for FP8) rounded up to a multiple of BLMXGroup (zero chunks); 0 for a
@@ -358,18 +367,18 @@ func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool)
 	}
 	g.blocksPerCl = (int64(blocks) + int64(groups) - 1) / int64(groups)
 	const nsg = BLMXThreads / 32
-	// A simdgroup takes whole steps of BLMXGroup items: ⌈steps/16⌉ of them at most.
-	g.itemsPerSG = (g.blocksPerCl*int64(part)/BLMXGroup + nsg - 1) / nsg * BLMXGroup
+	// A simdgroup takes whole steps of blmxStep items: ⌈steps/nsg⌉ of them at most.
+	g.itemsPerSG = (g.blocksPerCl*int64(part)/blmxStep + nsg - 1) / nsg * blmxStep
 	// Its L items of a part of pc chunks, starting at a step of a block, touch at most
-	// (L + pc − BLMXGroup)/pc + 1 blocks, each its own slot; the last part may be shorter.
+	// (L + pc − blmxStep)/pc + 1 blocks, each its own slot; the last part may be shorter.
 	g.slots = 1
 	last := int64(chunks) - int64(max(cl, 1)-1)*int64(part)
 	for _, pc := range []int64{int64(part), last} {
 		if pc < 1 {
 			continue
 		}
-		l := (g.blocksPerCl*pc/BLMXGroup + nsg - 1) / nsg * BLMXGroup
-		g.slots = max(g.slots, min((l+pc-BLMXGroup)/pc+1, g.blocksPerCl))
+		l := (g.blocksPerCl*pc/blmxStep + nsg - 1) / nsg * blmxStep
+		g.slots = max(g.slots, min((l+pc-blmxStep)/pc+1, g.blocksPerCl))
 	}
 	g.shared = int64(part)*ks*512 + (BLMXThreads/32)*g.slots*512
 	// A rank finishes at most ⌈blocksPerCl/Cl⌉ blocks, each with an entry from every rank.
