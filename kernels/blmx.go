@@ -12,15 +12,16 @@ import (
 // The MMA-layout matrix kernels (ops/blmx.kern, lithos_blmx_nvfp4 and lithos_blmx_fp8): the CUDA
 // tensor-core path over a copy of the weights made at load (BLMXCopy), in which every lane's
 // 16-byte load holds exactly its MMA fragments; f16 MMAs over weights decoded exactly, the
-// activations scaled per token and split into two f16 pieces (22 bits); one threadgroup of 16
-// simdgroups per multiprocessor streaming its items BLMX_D ahead in registers, no barrier until
+// activations scaled per token and split into two f16 pieces (22 bits); one threadgroup of
+// BLMXThreads/32 (16) simdgroups per multiprocessor streaming its items BLMX_D ahead in registers, no barrier until
 // the end (docs/performance.md §3.3j). Metal keeps the BLM kernels: these entry points are in
 // the Metal source only for the fiber runtime's tensor-core test build (Kernel.MMAOnly).
 
 // BLMLayoutMMA is the BLMXParams weight layout (Matrix.Layout on the GPU): BLMXCopy's.
 const BLMLayoutMMA = 2
 
-// BLMXThreads is the threadgroup size of the MMA-layout kernels: 16 simdgroups.
+// BLMXThreads is the threadgroup size of the MMA-layout kernels: 16 simdgroups (docs/performance.md
+// §3.3r measured 768 and 1,024: slower).
 const BLMXThreads = 512
 
 // BLMXShared is the dynamic threadgroup memory of an MMA-layout launch in bytes (224 KiB: the
@@ -31,10 +32,11 @@ const BLMXThreads = 512
 const BLMXShared = 224 << 10
 
 // BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes: the simdgroups' token
-// maxima and Σx² partials (16·8 words each), the part's 8 Σx² (Norm) and, with Push, every
+// maxima and Σx² partials ((BLMXThreads/32)·8 words each), the part's 8 Σx² (Norm) and, with Push, every
 // rank's 8 (BLMMaxClusters·8 words) and the receive barrier (8 bytes; both only where the
 // kernels are built with clusters, BLM_CLUSTER). A device needs
-// BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels (1,320).
+// BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels (1,320 at 512
+// threads).
 const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4 + BLMMaxClusters*8*4 + 8
 
 // blmxChunk returns, for a format with an MMA-layout kernel, the MMA k-steps (16 columns) per
@@ -57,13 +59,13 @@ const BLMXGroup = 4
 
 // blmxStep is the items (chunks of one block) a simdgroup of the MMA-layout kernels computes
 // per step and loads one step ahead, in registers (BLMX_D in ops/blmx.kern, which Source defines
-// from it); it divides BLMXGroup. The split's slots (blmxShape) follow it. With BLMXThreads, a
-// one-constant change for a variant of the kernels (docs/performance.md §3.3r: 1,024 threads
+// from it); it divides BLMXGroup. The split's slots (blmxShape) follow it. It and BLMXThreads
+// are the constants a variant of the kernels changes (docs/performance.md §3.3r: 1,024 threads
 // at steps of 2 items, 768 at 4, both slower on the H200).
 const blmxStep = 4
 
-// blmxStep divides BLMXGroup: a negative array length stops the build otherwise.
-var _ [-(BLMXGroup % blmxStep)]struct{}
+// blmxStep divides BLMXGroup: the build stops otherwise (as kernels/params.go's checks).
+var _ [0]struct{} = [BLMXGroup % blmxStep]struct{}{}
 
 // BLMXChunks returns the chunks per block of g's MMA layout: ⌈K / (16·k-steps per chunk)⌉ (64
 // columns for NVFP4, 32 for FP8) rounded up to a multiple of BLMXGroup (zero chunks); 0 for a
@@ -91,8 +93,9 @@ func BLMXCopyBytes(g blm.Geometry) int64 {
 //
 //   - NVFP4 (4 k-steps, one 32-bit word each): byte i of word j holds code P_i with its three
 //     magnitude bits at bits 1–3 and its sign at bit 7, and code Q_i with the magnitude at
-//     bits 4–6 and the sign at bit 0, where P = (g, 2q), (g, 2q+1), (g+8, 2q), (g+8, 2q+1) and Q
-//     the same at columns 2q+8, 2q+9; then, at 512 + 8g', the E4M3 block scales of rows g' and
+//     bits 4–6 and the sign at bit 0, where P = (g+8, 2q), (g, 2q), (g+8, 2q+1), (g, 2q+1) (FP8's
+//     order: row g's in bytes 1 and 3, so that masks alone give its f16 pair) and Q the same at
+//     columns 2q+8, 2q+9; then, at 512 + 8g', the E4M3 block scales of rows g' and
 //     g'+8 of the chunk's four 16-column groups, (g', g'+8) per group;
 //   - FP8 (2 k-steps, two words each): word 2j the bytes (g+8, 2q), (g, 2q), (g+8, 2q+1),
 //     (g, 2q+1); word 2j+1 the same at columns 2q+8, 2q+9.
@@ -186,8 +189,8 @@ func blmxBlock(g blm.Geometry, r blm.Rows, n int64, dst []byte, nch, ks, cb int6
 				if nvfp4 {
 					var w [4]byte
 					for i := int64(0); i < 4; i++ {
-						row := gg + 8*(i>>1)
-						p, qq := code(row, cb0+(i&1)), code(row, cb0+8+(i&1))
+						row := gg + 8*(1-i&1)
+						p, qq := code(row, cb0+(i>>1)), code(row, cb0+8+(i>>1))
 						w[i] = (p&7)<<1 | (p&8)<<4 | (qq&7)<<4 | qq>>3
 					}
 					copy(lw[4*j:], w[:])
@@ -531,7 +534,7 @@ func (p BLMXParams) Validate() error {
 	case p.Push == 1 && sm+sh.recv > BLMXShared:
 		c.failf("Push", "needs %d bytes of threadgroup memory with its receive area of %d, more than BLMXShared = %d", sm+sh.recv, sh.recv, BLMXShared)
 	}
-	c.total("PartChunks", uint64(sh.blocksPerCl)*uint64(p.PartChunks)*(BLMXThreads/32), "the items of a cluster·16")
+	c.total("PartChunks", uint64(sh.blocksPerCl)*uint64(p.PartChunks)*(BLMXThreads/32), "the items of a cluster·simdgroups")
 	c.matrixIO(p.N, p.K, p.Rows, p.LdX, p.LdY, p.Epilogue)
 	switch {
 	case p.Norm > 1:

@@ -71,14 +71,15 @@ func TestBLMXCopyLayout(t *testing.T) {
 						col := 16*(ks*ch+j) + 2*q
 						var got, want [8]byte
 						for i := 0; i < 4; i++ {
-							row := 16*b + gg + 8*int64(i/2)
 							if c.f == formats.NVFP4 {
+								// Byte i: (g+8, 2q), (g, 2q), (g+8, 2q+1), (g, 2q+1) — P_i with its
+								// magnitude at bits 1–3 and sign at bit 7; Q_i at +8, bits 4–6 and 0.
+								rr := 16*b + gg + 8*int64(1-i%2)
 								v := cp[base+lane*16+4*j+int64(i)]
-								// P_i: magnitude bits 1–3, sign bit 7; Q_i: bits 4–6 and 0.
 								got[i] = (v>>1)&7 | (v>>4)&8
 								got[4+i] = (v>>4)&7 | (v&1)<<3
-								want[i] = code(row, col+int64(i%2))
-								want[4+i] = code(row, col+8+int64(i%2))
+								want[i] = code(rr, col+int64(i/2))
+								want[4+i] = code(rr, col+8+int64(i/2))
 							} else {
 								// Word 2j: (g+8, 2q), (g, 2q), (g+8, 2q+1), (g, 2q+1); word 2j+1 at +8.
 								rr := 16*b + gg + 8*int64(1-i%2)
