@@ -57,12 +57,6 @@ FN void blm_mma(THR float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, u3
 }
 // Primitives of the MMA-layout matrix kernels (ops/blmx.kern: f16 tensor-core MMAs over weights
 // decoded into f16 exactly; docs/performance.md §3.3j).
-// blmx_prmt: PTX prmt.b32 (byte i of the result is byte sel.nibble(i) of {b, a}, a the low four).
-FN u32 blmx_prmt(u32 a, u32 b, u32 sel) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
 // blmx_e4m3x2: the two E4M3 bytes in the low 16 bits of s as f16x2 (byte 0 in the low half),
 // exact: one cvt on sm_90 and newer; before, the bytes' seven low bits placed into the f16
 // fields (worth value·2⁻⁸, E4M3 subnormals as f16 subnormals) times 256 (exact).

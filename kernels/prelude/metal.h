@@ -87,7 +87,7 @@ static inline void blm_mma(thread float* c, uint a0, uint a1, uint a2, uint a3, 
     blm_mma_emu<blm_dot2>(c, a0, a1, a2, a3, b0, b1, lane);
 }
 // The MMA-layout kernels' primitives (prelude/cuda.h, ops/blmx.kern), emulated exactly: IEEE
-// binary16 conversions with round-to-nearest-even and subnormals, PTX prmt's default mode.
+// binary16 conversions with round-to-nearest-even and subnormals.
 static inline uint blmx_f32_to_f16(float f) {
     const uint x = as_type<uint>(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
     if (ax >= 0x7F800000u) return sign | (ax > 0x7F800000u ? 0x7E00u : 0x7C00u);
@@ -111,16 +111,6 @@ static inline float blmx_f16_to_f32(uint h) {
     if (e == 0u) return as_type<float>(as_type<uint>(float(m) * 5.9604644775390625e-8f) | sign);
     if (e == 31u) return as_type<float>(sign | 0x7F800000u | (m << 13));
     return as_type<float>(sign | ((e + 112u) << 23) | (m << 13));
-}
-static inline uint blmx_prmt(uint a, uint b, uint sel) {
-    uint r = 0u;
-    for (uint i = 0u; i < 4u; ++i) {
-        const uint n = (sel >> (4u * i)) & 15u, k = n & 7u;
-        uint v = ((k < 4u ? a : b) >> (8u * (k & 3u))) & 0xFFu;
-        if (n & 8u) v = (v & 0x80u) ? 0xFFu : 0u;
-        r |= v << (8u * i);
-    }
-    return r;
 }
 static inline float blmx_e4m3(uint b) {
     const uint s = (b & 0x80u) << 24, e = (b >> 3) & 15u, m = b & 7u;
