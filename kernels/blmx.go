@@ -14,8 +14,9 @@ import (
 // 16-byte load holds exactly its MMA fragments; f16 MMAs over weights decoded exactly, the
 // activations scaled per token and split into two f16 pieces (22 bits); one threadgroup of
 // BLMXThreads/32 (16) simdgroups per multiprocessor streaming its items BLMX_D ahead in
-// registers, no barrier until the end (docs/performance.md §3.3j). Metal keeps the BLM kernels: these entry points are in
-// the Metal source only for the fiber runtime's tensor-core test build (Kernel.MMAOnly).
+// registers, no barrier until the end (docs/performance.md §3.3j). Metal keeps the BLM kernels:
+// these entry points are in the Metal source only for the fiber runtime's tensor-core test
+// build (Kernel.MMAOnly).
 
 // BLMLayoutMMA is the BLMXParams weight layout (Matrix.Layout on the GPU): BLMXCopy's.
 const BLMLayoutMMA = 2
@@ -33,8 +34,8 @@ const BLMXShared = 224 << 10
 
 // BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes: the simdgroups' token
 // maxima and Σx² partials ((BLMXThreads/32)·8 words each), the part's 8 Σx² (Norm) and, with
-// Push, every rank's 8 (BLMMaxClusters·8 words) and the receive barrier (8 bytes; both only where the
-// kernels are built with clusters, BLM_CLUSTER). A device needs
+// Push, every rank's 8 (BLMMaxClusters·8 words) and the receive barrier (8 bytes; both only
+// where the kernels are built with clusters, BLM_CLUSTER). A device needs
 // BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels (1,320 at 512
 // threads).
 const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4 + BLMMaxClusters*8*4 + 8
