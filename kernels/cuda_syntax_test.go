@@ -86,6 +86,7 @@ __device__ unsigned min(unsigned, unsigned);
 __device__ unsigned max(unsigned, unsigned);
 __device__ int min(int, int);
 __device__ int max(int, int);
+__device__ unsigned atomicAdd(unsigned*, unsigned);
 `
 
 var (
@@ -146,18 +147,26 @@ func cudaArgs(arch, stub, src string) []string {
 		"-include", stub, src}
 }
 
-// TestCUDASourceSyntax compiles Source(CUDA) with clang's CUDA front end against cudaStub.
+// TestCUDASourceSyntax compiles Source(CUDA) with clang's CUDA front end against cudaStub, as
+// the CUDA backend compiles it and with the timeline diagnostic compiled in (-DLITHOS_TIMELINE,
+// prelude TL_BEGIN).
 func TestCUDASourceSyntax(t *testing.T) {
 	clang, arch, dir := cudaFrontEnd(t)
 	src := filepath.Join(dir, "lithos.cu")
 	if err := os.WriteFile(src, []byte(Source(CUDA)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(clang, cudaArgs(arch, filepath.Join(dir, "stub.h"), src)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+	for _, def := range []string{"", "-DLITHOS_TIMELINE=1"} {
+		args := cudaArgs(arch, filepath.Join(dir, "stub.h"), src)
+		if def != "" {
+			args = append([]string{def}, args...)
+		}
+		cmd := exec.Command(clang, args...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+		}
+		t.Logf("Source(CUDA) %q passes clang's CUDA front end for %s (NVRTC targets sm_90)", def, arch)
 	}
-	t.Logf("Source(CUDA) passes clang's CUDA front end for %s (NVRTC targets sm_90)", arch)
 }
 
 // TestCUDASyntaxCatches: the check rejects what NVRTC rejects — a host helper called from a

@@ -28,6 +28,7 @@ import (
 	"embed"
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"reflect"
 	"regexp"
@@ -247,12 +248,20 @@ func entryBody(k Kernel, body string) string {
 		panic(fmt.Sprintf("kernels: ops/%s.kern has %d %s lines", k.Op, n, entryMarker))
 	}
 	reads := entryReads(body)
-	return pre + entryWait + "\n" + body[:reads] + "    " + entryDone + "\n" + body[reads:]
+	return fmt.Sprintf("    TL_BEGIN(0x%08xu);\n", TimelineID(k.Name)) + pre + entryWait + "\n" + body[:reads] + "    " + entryDone + "\n" + body[reads:]
+}
+
+// TimelineID is the kernel id of kernel name in the timeline diagnostic's records (prelude
+// TL_BEGIN): the 32-bit FNV-1a hash of the name.
+func TimelineID(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return h.Sum32()
 }
 
 // The entry's two parts (entryBody).
 const (
-	entryWait = "GRID_WAIT(); GRID_LAUNCH_DEPENDENTS();"
+	entryWait = "GRID_WAIT(); TL_MARK(1); GRID_LAUNCH_DEPENDENTS();"
 	entryDone = "if (p.done_word != NOWORD && ctl[p.done_word] != 0u) return;"
 )
 

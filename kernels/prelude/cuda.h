@@ -19,6 +19,7 @@ typedef float f32;
 #define THR                                  // thread-private pointer qualifier
 #define SIMD_XOR(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
 #define SIMD_BCAST(x, l) __shfl_sync(0xffffffffu, (x), (l))
+#define SIMD_SHUFFLE(x, l) __shfl_sync(0xffffffffu, (x), (l)) // l may differ per lane
 
 #define AS_FLOAT(u) __uint_as_float(u)
 #define AS_UINT(f) __float_as_uint(f)
@@ -247,4 +248,55 @@ FN u32 blm_cluster_size() {
 #else
 #define GRID_WAIT() ((void)0)
 #define GRID_LAUNCH_DEPENDENTS() ((void)0)
+#endif
+// The timeline, a diagnostic (docs/performance.md §3.3t; compiled in only with -DLITHOS_TIMELINE,
+// which the CUDA backend adds when $LITHOS_CUDA_TIMELINE names a file, runtime/backend/cuda
+// timeline.go): thread 0 of every threadgroup reads %globaltimer (ns) at the kernel's start
+// (TL_BEGIN, the generator's first statement of every entry), after the entry's wait
+// (TL_MARK(1)), at up to two marks of the body (TL_MARK(2), TL_MARK(3): the MMA-layout
+// products' end of staging and end of main loop) and at its exit (the record's destructor, so
+// every return counts), and stores one record of 8 words into the ring lithos_tl (slot from a
+// counter taken at the start, modulo LITHOS_TL_RECS; each time stored as it is read, so the
+// marks hold no registers): the kernel (FNV-1a 32 of its name) << 32 | the threadgroup
+// (x | y << 20), the five times (0 where a mark was not reached), the multiprocessor, the
+// address of the launch's parameter record (which tells one launch of a graph from another). Without
+// LITHOS_TIMELINE the macros are empty.
+#if defined(LITHOS_TIMELINE)
+#define LITHOS_TL_RECS (1u << 18)
+__device__ u64 lithos_tl[LITHOS_TL_RECS * 8u];
+__device__ u32 lithos_tl_next;
+FN u64 tl_now() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+struct TLRec {
+    u64* o;  // this threadgroup's record (thread 0), else null
+    __device__ TLRec(u32 kid, const void* rec) : o(nullptr) {
+        if (threadIdx.x != 0u) return;
+        const u64 t = tl_now();
+        o = lithos_tl + (atomicAdd(&lithos_tl_next, 1u) & (LITHOS_TL_RECS - 1u)) * 8u;
+        o[0] = ((u64)kid << 32) | (u64)(blockIdx.x | (blockIdx.y << 20));
+        o[1] = t;
+        o[2] = 0ull;
+        o[3] = 0ull;
+        o[4] = 0ull;
+        o[7] = (u64)rec;
+    }
+    __device__ void mark(u32 i) {
+        if (o != nullptr) o[i + 1u] = tl_now();
+    }
+    __device__ ~TLRec() {
+        if (o == nullptr) return;
+        u32 sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        o[5] = tl_now();
+        o[6] = sm;
+    }
+};
+#define TL_BEGIN(kid) TLRec tl_rec(kid, prm)
+#define TL_MARK(i) tl_rec.mark(i)
+#else
+#define TL_BEGIN(kid) ((void)0)
+#define TL_MARK(i) ((void)0)
 #endif

@@ -26,6 +26,7 @@ typedef float f32;
 #define THR thread                           // thread-private pointer qualifier
 #define SIMD_XOR(x, m) simd_shuffle_xor((x), (ushort)(m))
 #define SIMD_BCAST(x, l) simd_broadcast((x), (ushort)(l))
+#define SIMD_SHUFFLE(x, l) simd_shuffle((x), (ushort)(l)) // l may differ per lane
 
 #define AS_FLOAT(u) as_type<float>(u)
 #define AS_UINT(f) as_type<uint>(f)
@@ -215,3 +216,6 @@ static inline uint blm_cluster_size() { return lithos_fiber::cluster_size(); }
 // before it on the encoder, so there is nothing to wait for.
 #define GRID_WAIT() ((void)0)
 #define GRID_LAUNCH_DEPENDENTS() ((void)0)
+// The timeline diagnostic is CUDA's (prelude/cuda.h): nothing here.
+#define TL_BEGIN(kid) ((void)0)
+#define TL_MARK(i) ((void)0)

@@ -72,7 +72,7 @@ var drv struct {
 	cuFuncSetAttribute, cuFuncGetAttribute, cuLaunchKernel, cuLaunchKernelEx, cuOccupancyMaxActiveClusters, cuStreamCreate, cuStreamDestroy,
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventQuery, cuEventElapsedTime,
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch,
-	cuGraphExecDestroy, cuGraphDestroy, cuGraphGetNodes, cuGetErrorName, cuGetErrorString fn
+	cuGraphExecDestroy, cuGraphDestroy, cuGraphGetNodes, cuGetErrorName, cuGetErrorString, cuModuleGetGlobal fn
 }
 
 var (
@@ -167,6 +167,10 @@ func loadDriverFrom(path string) error {
 	// multiprocessor holds a threadgroup of a cluster (Function.MaxActiveClusters).
 	if a, err := purego.Dlsym(h, "cuOccupancyMaxActiveClusters"); err == nil && a != 0 {
 		drv.cuOccupancyMaxActiveClusters = fn{name: "cuOccupancyMaxActiveClusters", addr: a}
+	}
+	// cuModuleGetGlobal only serves the timeline diagnostic (timeline.go), so it is optional too.
+	if a, err := purego.Dlsym(h, "cuModuleGetGlobal_v2"); err == nil && a != 0 {
+		drv.cuModuleGetGlobal = fn{name: "cuModuleGetGlobal_v2", addr: a}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("cuda: %s lacks %s: the NVIDIA driver is too old (lithos needs CUDA %d.%d or newer)",

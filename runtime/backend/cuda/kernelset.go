@@ -4,6 +4,8 @@ package cuda
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"lithos/kernels"
@@ -26,7 +28,8 @@ type Kernels struct {
 	// finishes; every kernel of lithos/kernels waits for its predecessor in its entry (prelude
 	// GRID_WAIT). LoadKernels sets it where Device.LaunchesOverlapped.
 	Overlap    bool
-	overlapped int // launches made with the attribute (tests)
+	overlapped int    // launches made with the attribute (tests)
+	timeline   string // $LITHOS_CUDA_TIMELINE: where Unload writes the timeline (timeline.go)
 }
 
 type kfn struct {
@@ -53,7 +56,12 @@ func (d *Device) LoadKernels() (ks *Kernels, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := Compile("lithos_kernels.cu", src, d.Info.Arch())
+	var opts []string
+	timeline := os.Getenv(TimelineEnv)
+	if timeline != "" {
+		opts = append(opts, "-DLITHOS_TIMELINE=1")
+	}
+	c, err := Compile("lithos_kernels.cu", src, d.Info.Arch(), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +69,7 @@ func (d *Device) LoadKernels() (ks *Kernels, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ks = &Kernels{d: d, Module: m, fns: map[string]kfn{}, Cached: c.Cached}
+	ks = &Kernels{d: d, Module: m, fns: map[string]kfn{}, Cached: c.Cached, timeline: timeline}
 	for _, k := range list {
 		f, err := m.Function(k.Name)
 		if err != nil {
@@ -172,5 +180,15 @@ func (ks *Kernels) launch(s *Stream, name string, grid, cluster [3]uint32, ctl, 
 	return nil
 }
 
-// Unload unloads the module.
-func (ks *Kernels) Unload() error { return ks.Module.Unload() }
+// Unload unloads the module, first writing its timeline where TimelineEnv asked for one (a
+// failure to write it is logged, not returned: it is a diagnostic).
+func (ks *Kernels) Unload() error {
+	if ks.timeline != "" && ks.Module.h != 0 {
+		if err := ks.dumpTimeline(ks.timeline); err != nil {
+			slog.Warn("timeline not written", "file", ks.timeline, "err", err)
+		} else {
+			slog.Info("timeline written", "file", ks.timeline)
+		}
+	}
+	return ks.Module.Unload()
+}
