@@ -380,9 +380,18 @@ func TestFiberConvAB(t *testing.T) {
 	}
 }
 
+// TestFiberAttention: the KV append, the partials and the merge of 3 causal rows against
+// runtime/model.Attend, at a head width of 48 and at 264 (past the partial's ATTN_HQ·32 = 256
+// elements per key in registers, so its loop over the rest runs too).
 func TestFiberAttention(t *testing.T) {
-	r := rand.New(rand.NewPCG(25, 26))
-	s := model.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 48}
+	for _, hd := range []int{48, 264} {
+		t.Run(fmt.Sprintf("head_dim%d", hd), func(t *testing.T) { testFiberAttention(t, hd) })
+	}
+}
+
+func testFiberAttention(t *testing.T, hd int) {
+	r := rand.New(rand.NewPCG(25, uint64(hd)))
+	s := model.AttnShape{Heads: 4, KVHeads: 2, HeadDim: hd}
 	const rows, p0, part, capacity = 3, 70, 32, 80
 	kvRow := s.KVHeads * s.HeadDim
 	kc := randVec(r, capacity*kvRow, 1)
@@ -404,8 +413,8 @@ func TestFiberAttention(t *testing.T) {
 	parts := uint32((p0 + rows + part - 1) / part)
 	kp := KVAppendParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, PosWord: 1, Width: uint32(kvRow), LdK: uint32(kvRow), LdV: uint32(kvRow), LdC: uint32(kvRow),
 		Capacity: capacity}
-	ap := AttnParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, PosWord: 1, Heads: 4, KVHeads: 2, HeadDim: 48,
-		LdQ: 192, LdO: 192, LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale}
+	ap := AttnParams{DoneWord: NoWord, Rows: rows, RowsWord: NoWord, PosWord: 1, Heads: 4, KVHeads: 2, HeadDim: uint32(hd),
+		LdQ: uint32(4 * hd), LdO: uint32(4 * hd), LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale}
 	var j job
 	c := j.buf(u32Bytes(ctl))
 	kb, vb := j.f32(kc), j.f32(vc)
