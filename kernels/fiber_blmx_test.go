@@ -100,6 +100,9 @@ func TestFiberBLMX(t *testing.T) {
 		{formats.NVFP4, 24, 1792, 0}, // 28 chunks: clusters of 2 have parts of 16 and 12
 		{formats.FP8, 33, 1000, 0},   // 32 chunks (31.25 of columns)
 		{formats.FP8, 64, 256, 0},
+		// 132 blocks: in one threadgroup, simdgroups 0–3 finish 9 blocks, one past the BLMX_OWN
+		// whose scales the kernel loads ahead.
+		{formats.FP8, 2100, 256, 0},
 	} {
 		c := newBLMCase(t, r, sh.f, sh.n, sh.k, sh.lanes, false)
 		k, n := int(sh.k), int(sh.n)
@@ -108,7 +111,7 @@ func TestFiberBLMX(t *testing.T) {
 			t.Fatal(err)
 		}
 		// (rows, cluster size, clusters)
-		for _, cs := range [][3]int{{1, 1, 2}, {3, 2, 2}, {8, 4, 1}, {8, 1, 3}, {11, 2, 1}, {16, 8, 1}} {
+		for _, cs := range [][3]int{{1, 1, 2}, {3, 2, 2}, {8, 4, 1}, {8, 1, 3}, {11, 2, 1}, {16, 8, 1}, {8, 1, 1}} {
 			rows, cl, groups := cs[0], cs[1], cs[2]
 			t.Run(fmt.Sprintf("%s_%dx%d_rows%d_cl%d_g%d", sh.f, n, k, rows, cl, groups), func(t *testing.T) {
 				p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 4, MaxCluster: 1})
