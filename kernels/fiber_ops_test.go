@@ -125,7 +125,7 @@ func TestFiberEwise(t *testing.T) {
 
 func TestFiberRope(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	const rows, heads, headDim, rotDim, pos0 = 3, 4, 64, 16, 1000
+	const rows, heads, headDim, rotDim, pos0 = 3, 40, 64, 16, 1000 // 320 (head, pair) items: 3 threadgroups per row
 	rope := model.NewRope(1e7, rotDim)
 	x := randVec(r, rows*heads*headDim, 2)
 	want := append([]float32(nil), x...)

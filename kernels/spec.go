@@ -134,8 +134,16 @@ type RopeScaledParams struct {
 	Scale    float32
 }
 
-// Grid is one threadgroup per row.
-func (p RopeScaledParams) Grid() [3]uint32 { return [3]uint32{1, p.Rows, 1} }
+// Grid is ⌈Heads·RotDim/2 / 128⌉ threadgroups (ropeScaledThreads threads, a (head, pair) item
+// each) × rows: the drafter's query heads are 2,048 items per row, which one threadgroup per row
+// took one after another (7 µs a launch on the H200, docs/performance.md §3.3t).
+func (p RopeScaledParams) Grid() [3]uint32 {
+	items := p.Heads * (p.RotDim / 2)
+	return [3]uint32{max((items+ropeScaledThreads-1)/ropeScaledThreads, 1), p.Rows, 1}
+}
+
+// ropeScaledThreads is lithos_rope_scaled's threadgroup size.
+const ropeScaledThreads = 128
 
 // specKernels are the entry points of the speculative ops, appended to the registry.
 func specKernels() []Kernel {
@@ -148,7 +156,7 @@ func specKernels() []Kernel {
 			Buffers: []Buffer{buf("targets", "i32", false), buf("eos", "i32", false), buf("ring", "u64", true), f32("conf", true), buf("stats", "u32", true)}},
 		{Name: "lithos_copy", Op: "copy", Threads: 256, Params: CopyParams{},
 			Buffers: []Buffer{f32("x", false), f32("y", true)}},
-		{Name: "lithos_rope_scaled", Op: "rope_scaled", Threads: 128, Params: RopeScaledParams{},
+		{Name: "lithos_rope_scaled", Op: "rope_scaled", Threads: ropeScaledThreads, Params: RopeScaledParams{},
 			Buffers: []Buffer{f32("x", true), {Name: "inv_freq", Elem: "f32", NoAlias: true}}},
 	}
 }

@@ -352,7 +352,7 @@ func TestOpEwise(t *testing.T) {
 // runtime/model.Rope, the position fixed and from the step state.
 func TestOpRope(t *testing.T) {
 	e := newOpEnv(t, 13)
-	const rows, heads, headDim, rotDim = 5, 4, 256, 64
+	const rows, heads, headDim, rotDim = 5, 12, 256, 64 // 384 (head, pair) items: 3 threadgroups per row
 	ld := heads*headDim + 8
 	rope := model.NewRope(1e7, rotDim)
 	x := e.randn(rows*ld, 1)
