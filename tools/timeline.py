@@ -45,7 +45,9 @@ def load(path):
 
 def launches(recs, split_ns=200_000):
     """Groups the records into launches: one parameter record's threadgroups, split where
-    their starts are more than split_ns apart (two replays of the same node)."""
+    their starts are more than split_ns apart (two replays of the same node). So two replays of
+    a node less than split_ns apart would read as one launch, and a launch whose threadgroups
+    start over more than split_ns (waves) as several: neither happens in a round of the 27B."""
     by = defaultdict(list)
     for r in recs:
         by[r["rec"]].append(r)

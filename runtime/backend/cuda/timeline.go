@@ -71,6 +71,9 @@ func (ks *Kernels) dumpTimeline(path string) error {
 		return fmt.Errorf("cuda: timeline: %w", err)
 	}
 	_, werr := f.Write(append(append(hb, '\n'), recs...))
+	if werr == nil {
+		werr = f.Chmod(0o644) // CreateTemp's 0600 otherwise
+	}
 	cerr := f.Close()
 	if werr != nil || cerr != nil {
 		os.Remove(f.Name())
