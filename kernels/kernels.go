@@ -232,7 +232,8 @@ const entryMarker = "LITHOS_ENTRY;"
 
 // entryBody is body with the entry: wait for the kernel before this one (programmatic
 // dependent launch; a no-op without it and on Metal: prelude GRID_WAIT), let the next one be
-// scheduled, then the done check — at the body's entryMarker, or at its top when it has none.
+// scheduled, then the done check — at the body's entryMarker, or at its top when it has none;
+// the timeline diagnostic's TL_BEGIN (an empty statement unless compiled in) opens it all.
 // The done check goes after the step-state reads that open the body there (entryReads: its
 // row count, its position), so that their loads and the done word's are in flight together —
 // one round trip to the L2 instead of one per word before the body's first activation load.

@@ -257,10 +257,11 @@ FN u32 blm_cluster_size() {
 // products' end of staging and end of main loop) and at its exit (the record's destructor, so
 // every return counts), and stores one record of 8 words into the ring lithos_tl (slot from a
 // counter taken at the start, modulo LITHOS_TL_RECS; each time stored as it is read, so the
-// marks hold only the record's pointer in registers): the kernel (FNV-1a 32 of its name) << 32 |
-// the threadgroup (x | y << 20: x below 2²⁰, y below 2¹², z not recorded), the five times (0 where a mark was not reached), the multiprocessor, the
-// address of the launch's parameter record (which tells one launch of a graph from another). Without
-// LITHOS_TIMELINE the macros are empty.
+// marks hold only the record's pointer in registers): the kernel (FNV-1a 32 of its name) << 32
+// | the threadgroup (x | y << 20: x below 2²⁰, y below 2¹², z not recorded), the five times (0
+// where a mark was not reached), the multiprocessor, the address of the launch's parameter
+// record (which tells one launch of a graph from another). Without LITHOS_TIMELINE the macros
+// are empty.
 #if defined(LITHOS_TIMELINE)
 #define LITHOS_TL_RECS (1u << 18)
 __device__ u64 lithos_tl[LITHOS_TL_RECS * 8u];
