@@ -3,7 +3,9 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -57,8 +59,7 @@ func (ks *Kernels) dumpTimeline(path string) error {
 	if err := ks.d.Read(recs, ring, 0); err != nil {
 		return fmt.Errorf("cuda: timeline: read the ring: %w", err)
 	}
-	h := timelineHeader{Next: uint32(nb[0]) | uint32(nb[1])<<8 | uint32(nb[2])<<16 | uint32(nb[3])<<24,
-		Records: int(ring.Size / 64), Kernels: map[string]string{}}
+	h := timelineHeader{Next: binary.LittleEndian.Uint32(nb), Records: int(ring.Size / 64), Kernels: map[string]string{}}
 	for _, k := range kernels.Kernels() {
 		h.Kernels[fmt.Sprintf("%08x", kernels.TimelineID(k.Name))] = k.Name
 	}
@@ -74,23 +75,13 @@ func (ks *Kernels) dumpTimeline(path string) error {
 	if werr == nil {
 		werr = f.Chmod(0o644) // CreateTemp's 0600 otherwise
 	}
-	cerr := f.Close()
-	if werr != nil || cerr != nil {
+	if err := errors.Join(werr, f.Close()); err != nil {
 		os.Remove(f.Name())
-		return fmt.Errorf("cuda: timeline: write %s: %v", f.Name(), firstErr(werr, cerr))
+		return fmt.Errorf("cuda: timeline: write %s: %w", f.Name(), err)
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		os.Remove(f.Name())
 		return fmt.Errorf("cuda: timeline: %w", err)
-	}
-	return nil
-}
-
-func firstErr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
 	}
 	return nil
 }
