@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"lithos/internal/atomicfile"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -188,38 +190,9 @@ func lockBlob(ctx context.Context, cache, repo, etag string, log *slog.Logger) (
 	}
 }
 
-// writeFileAtomic writes data to a temp file beside path, syncs it, and
-// renames it over path.
+// writeFileAtomic writes data to path through a synced temporary file renamed over it, 0644:
+// refs and records must be readable by the other users of a shared cache (huggingface_hub
+// writes them 0644).
 func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	// CreateTemp makes 0600 files; refs and records must be readable by the
-	// other users of a shared cache (huggingface_hub writes them 0644).
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(path, data, 0o644)
 }

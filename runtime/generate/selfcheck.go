@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"lithos/internal/atomicfile"
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/gpu"
 	"lithos/runtime/bundle"
@@ -265,9 +266,9 @@ func readVerdict(path string, k checkKey) (*verdict, bool) {
 // (a process killed between its create and rename).
 const staleTemp = time.Hour
 
-// writeVerdict writes v to path atomically: a temporary file in the same directory (created
-// with it), synced, renamed over path. It first removes the directory's temporary verdict files
-// older than staleTemp.
+// writeVerdict writes v to path atomically (atomicfile.Write: a temporary file in the same
+// directory, created with it, synced, renamed over path). It first removes the directory's
+// temporary files older than staleTemp.
 func writeVerdict(path string, v *verdict) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -278,31 +279,14 @@ func writeVerdict(path string, v *verdict) error {
 		return err
 	}
 	removeStaleTemps(dir, time.Now())
-	f, err := os.CreateTemp(dir, ".verdict-*.tmp")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.Write(path, append(data, '\n'), 0o644)
 }
 
-// removeStaleTemps removes dir's temporary verdict files (.verdict-*.tmp, regular files) last
+// removeStaleTemps removes dir's temporary verdict files (atomicfile.TempGlob, regular files) last
 // modified more than staleTemp before now; errors are ignored (another process may remove
 // them first).
 func removeStaleTemps(dir string, now time.Time) {
-	names, _ := filepath.Glob(filepath.Join(dir, ".verdict-*.tmp"))
+	names, _ := filepath.Glob(atomicfile.TempGlob(dir))
 	for _, n := range names {
 		if fi, err := os.Lstat(n); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) > staleTemp {
 			os.Remove(n)

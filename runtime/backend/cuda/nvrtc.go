@@ -14,6 +14,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"lithos/internal/atomicfile"
+
 	"github.com/ebitengine/purego"
 )
 
@@ -222,15 +224,7 @@ func Compile(name, src, arch string, options ...string) (*Compiled, error) {
 		}
 		// Best effort: a cache that cannot be written only costs a compile next time.
 		if err := os.MkdirAll(dir, 0o755); err == nil {
-			if f, err := os.CreateTemp(dir, key+".tmp*"); err == nil {
-				_, werr := f.Write(c.Image)
-				cerr := f.Close()
-				if werr == nil && cerr == nil {
-					os.Rename(f.Name(), filepath.Join(dir, key+ext))
-				} else {
-					os.Remove(f.Name())
-				}
-			}
+			atomicfile.Write(filepath.Join(dir, key+ext), c.Image, 0o644)
 		}
 	}
 	return c, nil

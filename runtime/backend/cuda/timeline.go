@@ -5,12 +5,10 @@ package cuda
 import (
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"unsafe"
 
+	"lithos/internal/atomicfile"
 	"lithos/kernels"
 )
 
@@ -67,20 +65,7 @@ func (ks *Kernels) dumpTimeline(path string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("cuda: timeline: %w", err)
-	}
-	_, werr := f.Write(append(append(hb, '\n'), recs...))
-	if werr == nil {
-		werr = f.Chmod(0o644) // CreateTemp's 0600 otherwise
-	}
-	if err := errors.Join(werr, f.Close()); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("cuda: timeline: write %s: %w", f.Name(), err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(path, append(append(hb, '\n'), recs...), 0o644); err != nil {
 		return fmt.Errorf("cuda: timeline: %w", err)
 	}
 	return nil
