@@ -195,6 +195,10 @@ func Source(t Target) string {
 	b.WriteString(mustRead(pre))
 	fmt.Fprintf(&b, "#ifndef BLM_RING\n#define BLM_RING %d\n#endif\n", BLMRing)
 	fmt.Fprintf(&b, "#define BLMX_D %du\n", blmxStep) // not overridable: the host's splits assume it
+	// BLMX_SX: the activation entries per thread and staging step of ops/blmx.kern (8 at 512
+	// threads); overridable (-DBLMX_SX=N, the CUDA backend's LITHOS_CUDA_DEFINES) for A/B runs:
+	// the host does not depend on it (docs/performance.md §3.3u: 12 and 16 were slower).
+	fmt.Fprintf(&b, "#ifndef BLMX_SX\n#define BLMX_SX %du\n#endif\n", 4096/BLMXThreads)
 	b.WriteString(mustRead("ops/common.kern"))
 	// Parameter records, once per op.
 	seen := map[string]bool{}

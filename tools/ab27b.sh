@@ -12,8 +12,10 @@
 # once, in that order (interleave them: the clocks drift within a call). SELFCHECK=NAME adds the
 # first-use self-check of that build. Everything goes to $OUT/ab.log as it happens — not through
 # a pipe, so a call cut off by its time limit still returns what was measured — one summary line
-# per run, and $OUT/ab-NAME-I.json. An A/B switch of one build (LITHOS_CUDA_PUSH=0,
-# LITHOS_CUDA_MMA=0, …) runs as a build of its own: /tmp/nb/NAME/lithos-run a two-line script,
+# per run, and $OUT/ab-NAME-I.json (the device call returns at most 8 files: with more than 3
+# runs, read ab.log or tar what you need). An A/B switch of one build (LITHOS_CUDA_PUSH=0,
+# LITHOS_CUDA_MMA=0, LITHOS_CUDA_DEFINES=BLMX_SX=12, …) runs as a build of its own:
+# /tmp/nb/NAME/lithos-run a two-line script,
 #   #!/bin/sh
 #   LITHOS_CUDA_PUSH=0 exec /tmp/nb/new/lithos-run "$@"
 # (chmod +x), carried in the tar beside the binaries.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"lithos/kernels"
@@ -37,6 +39,30 @@ type kfn struct {
 	k kernels.Kernel
 }
 
+// DefinesEnv names the A/B switch of the kernels' compile-time constants: space-separated
+// NAME=VALUE pairs (NAME an upper-case C identifier, VALUE letters, digits and '.') that
+// LoadKernels passes to NVRTC as -DNAME=VALUE, e.g. LITHOS_CUDA_DEFINES=BLMX_SX=16 for the
+// MMA-layout products' staging step (kernels.Source: only constants it leaves overridable,
+// under #ifndef, take effect; a define the source sets unconditionally fails to compile). For
+// measurements (docs/performance.md), not for use: describe puts it into the device string, so
+// a self-check verdict is not reused across it, and the module cache keys it with the options.
+const DefinesEnv = "LITHOS_CUDA_DEFINES"
+
+var defineRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=[A-Za-z0-9.]+$`)
+
+// defineOptions returns NVRTC's -D options for DefinesEnv's value v; an error names a pair
+// that is not NAME=VALUE.
+func defineOptions(v string) ([]string, error) {
+	var opts []string
+	for _, d := range strings.Fields(v) {
+		if !defineRE.MatchString(d) {
+			return nil, fmt.Errorf("cuda: %s: %q is not NAME=VALUE (NAME upper-case letters, digits and _, VALUE letters, digits and .)", DefinesEnv, d)
+		}
+		opts = append(opts, "-D"+d)
+	}
+	return opts, nil
+}
+
 // LoadKernels compiles (or reads from the disk cache) and loads the kernel module and
 // resolves every kernel of kernels.Kernels(). Errors: a compilation error (with NVRTC's log),
 // a kernel missing from the module, a kernel whose threadgroup size exceeds what the loaded
@@ -56,7 +82,10 @@ func (d *Device) LoadKernels() (ks *Kernels, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var opts []string
+	opts, err := defineOptions(os.Getenv(DefinesEnv))
+	if err != nil {
+		return nil, err
+	}
 	timeline := os.Getenv(TimelineEnv)
 	if timeline != "" {
 		opts = append(opts, "-DLITHOS_TIMELINE=1")

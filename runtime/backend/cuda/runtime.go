@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"lithos/formats"
@@ -44,8 +45,8 @@ func (r *runtimeDevice) String() string { return describe(r.d.Info) }
 
 // describe is runtimeDevice.String of a device with info (UsableDevice gives the same). The
 // A/B switches that change which kernels run (LITHOS_CUDA_FRAGMENT=0, LITHOS_CUDA_CLUSTERS=0,
-// LITHOS_CUDA_MMA=0, LITHOS_CUDA_OVERLAP=0, LITHOS_CUDA_PUSH=0, LITHOS_CUDA_CLUSTER_FIRST) are
-// part of it, so that a self-check verdict is not reused across them.
+// LITHOS_CUDA_MMA=0, LITHOS_CUDA_OVERLAP=0, LITHOS_CUDA_PUSH=0, LITHOS_CUDA_CLUSTER_FIRST,
+// LITHOS_CUDA_DEFINES) are part of it, so that a self-check verdict is not reused across them.
 func describe(info Info) string {
 	nv := "unknown"
 	if major, minor, err := NVRTCVersion(); err == nil {
@@ -69,6 +70,9 @@ func describe(info Info) string {
 	}
 	if c := clusterFirst(); c != 0 {
 		s += fmt.Sprintf(", clusters of %d first", c)
+	}
+	if d := strings.Join(strings.Fields(os.Getenv(DefinesEnv)), " "); d != "" {
+		s += ", kernels with " + d
 	}
 	return s
 }
