@@ -12,10 +12,12 @@
 # once, in that order (interleave them: the clocks drift within a call). SELFCHECK=NAME adds the
 # first-use self-check of that build. Everything goes to $OUT/ab.log as it happens — not through
 # a pipe, so a call cut off by its time limit still returns what was measured — one summary line
-# per run, and $OUT/ab-NAME-I.json (the device call returns at most 8 files: with more than 3
-# runs, read ab.log or tar what you need). An A/B switch of one build (LITHOS_CUDA_PUSH=0,
-# LITHOS_CUDA_MMA=0, LITHOS_CUDA_DEFINES=BLMX_SX=12, …) runs as a build of its own:
-# /tmp/nb/NAME/lithos-run a two-line script,
+# per run; each run's JSON and stderr (ab-NAME-I.json, .err) go to $OUT/runs/ while it runs
+# and into $OUT/ab-runs.tgz at the end (the device call returns at most 8 files: this leaves
+# ab.log, ab-runs.tgz and the self-check's two, room for a caller's own; ab.log sorts before
+# runs/, so a call cut off with runs/ still full returns it). An A/B switch of one build
+# (LITHOS_CUDA_PUSH=0, LITHOS_CUDA_MMA=0, LITHOS_CUDA_DEFINES=BLMX_SX=12, …) runs as a build of
+# its own: /tmp/nb/NAME/lithos-run a two-line script,
 #   #!/bin/sh
 #   LITHOS_CUDA_PUSH=0 exec /tmp/nb/new/lithos-run "$@"
 # (chmod +x), carried in the tar beside the binaries.
@@ -23,7 +25,8 @@ set -u
 [ -n "${ORDER:-}" ] || { echo "ab27b.sh: ORDER names the builds in /tmp/nb to run" >&2; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "ab27b.sh: no nvidia-smi: run it on the GPU machine" >&2; exit 1; }
 OUT=$(realpath -m "${OUT:-/tmp/ab27b}")
-mkdir -p "$OUT" /tmp/nb /tmp/w
+R=$OUT/runs
+mkdir -p "$OUT" "$R" /tmp/nb /tmp/w
 L=$OUT/ab.log
 exec >>"$L" 2>&1
 [ -f "${TAR:-bin/nb.tar.xz}" ] && xz -dc "${TAR:-bin/nb.tar.xz}" | tar xf - -C /tmp/nb
@@ -41,13 +44,13 @@ echo "bundle ready at $(( $(date +%s) - t0 )) s"
 i=0
 for v in $ORDER; do
   i=$((i + 1))
-  j=$OUT/ab-$v-$i.json
-  if timeout "${BENCH_T:-120}" /tmp/nb/$v/lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 --json >"$j" 2>"$OUT/ab-$v-$i.err"; then
+  j=$R/ab-$v-$i.json
+  if timeout "${BENCH_T:-120}" /tmp/nb/$v/lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 2 --json >"$j" 2>"$R/ab-$v-$i.err"; then
     python3 -c "
 import json,sys; d=json.load(open(sys.argv[1])); p=d['plain']; ss=d['speculative']['speculative']; q=d['passes']; r=q.get('round') or {}
 print(sys.argv[2], 'plain %.1f tok/s %.3fx'%(p['decode_tok_per_s'],p['x_floor']), 'prefill %.0f'%p['prefill_tok_per_s'], 'draft %.2f verify %.2f ms'%(ss['draft_ms_per_round'],ss['verify_ms_per_round']), 'round %.2f ms %.3fx'%(r.get('ms',0),q.get('round_over_verify',0)), 'spec %.1f tok/s'%d['speculative']['decode_tok_per_s'], 'identical', d.get('identical'), 'floor', round(d['read_gb_per_s']))" "$j" "$v"
   else
-    echo "$v failed:"; tail -n 3 "$OUT/ab-$v-$i.err"
+    echo "$v failed:"; tail -n 3 "$R/ab-$v-$i.err"
   fi
   echo "  at $(( $(date +%s) - t0 )) s"
 done
@@ -55,4 +58,5 @@ if [ -n "${SELFCHECK:-}" ]; then
   LITHOS_SELFCHECK=force timeout 90 /tmp/nb/$SELFCHECK/lithos-run generate q.lithos --prompt-ids 1,2,3 --max-tokens 4 --json >"$OUT/selfcheck.json" 2>"$OUT/selfcheck.err"
   echo "selfcheck $SELFCHECK rc=$?"; grep -i "self-check" "$OUT/selfcheck.err" | tail -n 3
 fi
+tar -C "$OUT" -czf "$OUT/ab-runs.tgz" runs && rm -rf "$R"
 echo "done at $(( $(date +%s) - t0 )) s"
