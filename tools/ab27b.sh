@@ -14,8 +14,8 @@
 # a pipe, so a call cut off by its time limit still returns what was measured — one summary line
 # per run; each run's JSON and stderr (ab-NAME-I.json, .err) go to $OUT/runs/ while it runs
 # and into $OUT/ab-runs.tgz at the end (the device call returns at most 8 files: this leaves
-# ab.log, ab-runs.tgz and the self-check's two, room for a caller's own; ab.log sorts before
-# runs/, so a call cut off with runs/ still full returns it). An A/B switch of one build
+# ab.log, ab-runs.tgz and the self-check's two, room for a caller's own; in the one call seen
+# with too many, the first 8 by name came back, and ab.log sorts before runs/). An A/B switch of one build
 # (LITHOS_CUDA_PUSH=0, LITHOS_CUDA_MMA=0, LITHOS_CUDA_DEFINES=BLMX_SX=12, …) runs as a build of
 # its own: /tmp/nb/NAME/lithos-run a two-line script,
 #   #!/bin/sh
