@@ -200,3 +200,30 @@ func TestCUDASyntaxCatches(t *testing.T) {
 		})
 	}
 }
+
+// TestOverridable: every name of Overridable is defined in Source (both targets) only under
+// #ifndef, so that a -D option changes it instead of being redefined with a warning; and the
+// CUDA source with each overridden (to its default value) still passes clang's front end.
+func TestOverridable(t *testing.T) {
+	for _, tg := range []Target{CUDA, Metal} {
+		src := Source(tg)
+		for _, name := range Overridable {
+			guard := "#ifndef " + name + "\n#define " + name + " "
+			if strings.Count(src, guard) != 1 || strings.Count(src, "#define "+name+" ") != 1 {
+				t.Errorf("%s source: %s is not defined exactly once, under #ifndef", tg, name)
+			}
+		}
+	}
+	clang, arch, dir := cudaFrontEnd(t)
+	src := filepath.Join(dir, "lithos-overridden.cu")
+	if err := os.WriteFile(src, []byte(Source(CUDA)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := cudaArgs(arch, filepath.Join(dir, "stub.h"), src)
+	for _, name := range Overridable {
+		args = append([]string{"-D" + name + "=8u"}, args...)
+	}
+	if out, err := exec.Command(clang, args...).CombinedOutput(); err != nil {
+		t.Fatalf("Source(CUDA) with %v overridden: %v\n%s", Overridable, err, out)
+	}
+}

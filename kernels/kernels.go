@@ -196,8 +196,8 @@ func Source(t Target) string {
 	fmt.Fprintf(&b, "#ifndef BLM_RING\n#define BLM_RING %d\n#endif\n", BLMRing)
 	fmt.Fprintf(&b, "#define BLMX_D %du\n", blmxStep) // not overridable: the host's splits assume it
 	// BLMX_SX: the activation entries per thread and staging step of ops/blmx.kern (8 at 512
-	// threads); overridable (-DBLMX_SX=N, the CUDA backend's LITHOS_CUDA_DEFINES) for A/B runs:
-	// the host does not depend on it (docs/performance.md §3.3u: 12 and 16 were slower).
+	// threads); overridable (Overridable) for A/B runs: the host does not depend on it
+	// (docs/performance.md §3.3u: 12 and 16 were slower).
 	fmt.Fprintf(&b, "#ifndef BLMX_SX\n#define BLMX_SX %du\n#endif\n", 4096/BLMXThreads)
 	b.WriteString(mustRead("ops/common.kern"))
 	// Parameter records, once per op.
@@ -226,6 +226,12 @@ func Source(t Target) string {
 	}
 	return b.String()
 }
+
+// Overridable are the compile-time constants of Source that a compiler option -DNAME=VALUE may
+// change for an A/B run (the CUDA backend's LITHOS_CUDA_DEFINES) without the host's knowing:
+// each is defined under #ifndef, and nothing the host computes depends on it. BLM_RING is
+// under #ifndef too but is not here: the host sizes the BLM kernels' threadgroup memory for it.
+var Overridable = []string{"BLMX_SX"}
 
 // entryMarker, as a statement of a kernel body (the generator replaces its first occurrence,
 // comments included, and refuses a body with two), is where the entry

@@ -26,10 +26,24 @@ func TestWrite(t *testing.T) {
 		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != c.perm {
 			t.Fatalf("mode %v, %v, want %v", fi.Mode().Perm(), err, c.perm)
 		}
-		if left, _ := filepath.Glob(TempGlob(dir)); len(left) != 0 {
-			t.Fatalf("temporary files left: %v", left)
+		if names := entries(t, dir); len(names) != 1 || names[0] != "refs" {
+			t.Fatalf("the directory holds %v, want [refs]", names)
 		}
 	}
+}
+
+// entries lists dir's names.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 // TestWriteFails: a rename onto a directory fails, leaves the directory as it was and no
@@ -47,11 +61,17 @@ func TestWriteFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), sub) {
 		t.Fatalf("Write over a directory: %v, want an error naming it", err)
 	}
+	// The error names the temporary file, which TempGlob matches and which is gone.
+	_, through, _ := strings.Cut(err.Error(), "(through ")
+	tmp, _, _ := strings.Cut(through, ")")
+	if ok, _ := filepath.Match(TempGlob(dir), filepath.Join(dir, tmp)); !ok {
+		t.Fatalf("the temporary file %q (from %q) does not match TempGlob", tmp, err)
+	}
 	if fi, err := os.Stat(sub); err != nil || !fi.IsDir() {
 		t.Fatalf("the directory was replaced: %v, %v", fi, err)
 	}
-	if left, _ := filepath.Glob(TempGlob(dir)); len(left) != 0 {
-		t.Fatalf("temporary files left: %v", left)
+	if names := entries(t, dir); len(names) != 1 || names[0] != "sub" {
+		t.Fatalf("the directory holds %v after the failure, want [sub]", names)
 	}
 	missing := filepath.Join(dir, "no", "such", "file")
 	if err := Write(missing, []byte("x"), 0o644); err == nil || !strings.Contains(err.Error(), missing) {

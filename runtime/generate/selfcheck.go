@@ -282,11 +282,15 @@ func writeVerdict(path string, v *verdict) error {
 	return atomicfile.Write(path, append(data, '\n'), 0o644)
 }
 
-// removeStaleTemps removes dir's temporary verdict files (atomicfile.TempGlob, regular files) last
+// removeStaleTemps removes dir's temporary verdict files (atomicfile.TempGlob, and the older
+// .verdict-*.tmp; regular files) last
 // modified more than staleTemp before now; errors are ignored (another process may remove
 // them first).
 func removeStaleTemps(dir string, now time.Time) {
 	names, _ := filepath.Glob(atomicfile.TempGlob(dir))
+	// The names the verdicts' temporary files had before atomicfile (lithos ≤ 46ca8cc).
+	old, _ := filepath.Glob(filepath.Join(dir, ".verdict-*.tmp"))
+	names = append(names, old...)
 	for _, n := range names {
 		if fi, err := os.Lstat(n); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) > staleTemp {
 			os.Remove(n)

@@ -466,7 +466,7 @@ func TestSelfCheckCacheFiles(t *testing.T) {
 func TestVerdictStaleTemps(t *testing.T) {
 	dir := t.TempDir()
 	old := time.Now().Add(-2 * time.Hour)
-	files := map[string]bool{".k1.json.tmp-1": false, ".k2.json.tmp-2": true, "notes.tmp": true} // name: kept
+	files := map[string]bool{".k1.json.tmp-1": false, ".k2.json.tmp-2": true, ".verdict-1.tmp": false, ".verdict-2.tmp": true, "notes.tmp": true} // name: kept
 	for name, kept := range files {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte("{"), 0o644); err != nil {

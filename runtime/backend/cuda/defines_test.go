@@ -10,17 +10,22 @@ import (
 
 // TestDefineOptions: LITHOS_CUDA_DEFINES's pairs become NVRTC -D options in order; anything
 // that is not NAME=VALUE (a lower-case or leading-digit name, no value, an option or shell text
-// in the value) is refused with an error that names it; the device string carries the switch.
+// in the value) or names a constant outside kernels.Overridable is refused with an error that
+// names it; the device string carries the switch.
 func TestDefineOptions(t *testing.T) {
-	got, err := defineOptions("  BLMX_SX=16 FOO_2=1u\tBAR=0.5 ")
-	if err != nil || !slices.Equal(got, []string{"-DBLMX_SX=16", "-DFOO_2=1u", "-DBAR=0.5"}) {
+	got, err := defineOptions("  BLMX_SX=16 BLMX_SX=12u\tBLMX_SX=0.5 ")
+	if err != nil || !slices.Equal(got, []string{"-DBLMX_SX=16", "-DBLMX_SX=12u", "-DBLMX_SX=0.5"}) {
 		t.Fatalf("defineOptions = %q, %v", got, err)
 	}
 	if got, err := defineOptions(""); err != nil || got != nil {
 		t.Fatalf("empty: %q, %v", got, err)
 	}
-	for _, bad := range []string{"blmx_sx=1", "1X=2", "X", "X=", "X=-G", "X=1;rm", "X=a=b", "-DX=1"} {
-		if _, err := defineOptions("OK=1 " + bad); err == nil || !strings.Contains(err.Error(), bad) {
+	// Malformed pairs, and names the kernels do not let a run override: one the source sets
+	// unconditionally (BLMX_D), one the host sizes memory for (BLM_RING), the timeline's switch,
+	// a compiler macro, a typo.
+	for _, bad := range []string{"blmx_sx=1", "1X=2", "X", "X=", "X=-G", "X=1;rm", "X=a=b", "-DX=1",
+		"BLMX_D=8", "BLM_RING=4", "LITHOS_TIMELINE=1", "__CUDA_ARCH__=800", "BLMX_XS=16"} {
+		if _, err := defineOptions("BLMX_SX=8 " + bad); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("%q: error %v, want one naming it", bad, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,23 +41,28 @@ type kfn struct {
 }
 
 // DefinesEnv names the A/B switch of the kernels' compile-time constants: space-separated
-// NAME=VALUE pairs (NAME an upper-case C identifier, VALUE letters, digits and '.') that
+// NAME=VALUE pairs, NAME one of kernels.Overridable and VALUE letters, digits and '.', that
 // LoadKernels passes to NVRTC as -DNAME=VALUE, e.g. LITHOS_CUDA_DEFINES=BLMX_SX=16 for the
-// MMA-layout products' staging step (kernels.Source: only constants it leaves overridable,
-// under #ifndef, take effect; a define the source sets unconditionally fails to compile). For
-// measurements (docs/performance.md), not for use: describe puts it into the device string, so
-// a self-check verdict is not reused across it, and the module cache keys it with the options.
+// MMA-layout products' staging step. For measurements (docs/performance.md), not for use:
+// describe puts it into the device string, so a self-check verdict is not reused across it,
+// and the module cache keys it with the options.
 const DefinesEnv = "LITHOS_CUDA_DEFINES"
 
-var defineRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=[A-Za-z0-9.]+$`)
+var defineRE = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*)=[A-Za-z0-9.]+$`)
 
-// defineOptions returns NVRTC's -D options for DefinesEnv's value v; an error names a pair
-// that is not NAME=VALUE.
+// defineOptions returns NVRTC's -D options for DefinesEnv's value v. Errors name a pair that
+// is not NAME=VALUE or whose NAME is not in kernels.Overridable (a constant the source sets
+// unconditionally would be redefined with only a warning, and one the host sizes memory for
+// would break the launches), listing the names that are.
 func defineOptions(v string) ([]string, error) {
 	var opts []string
 	for _, d := range strings.Fields(v) {
-		if !defineRE.MatchString(d) {
+		m := defineRE.FindStringSubmatch(d)
+		if m == nil {
 			return nil, fmt.Errorf("cuda: %s: %q is not NAME=VALUE (NAME upper-case letters, digits and _, VALUE letters, digits and .)", DefinesEnv, d)
+		}
+		if !slices.Contains(kernels.Overridable, m[1]) {
+			return nil, fmt.Errorf("cuda: %s: %q: %s is not a constant the kernels let a run override (have %s)", DefinesEnv, d, m[1], strings.Join(kernels.Overridable, ", "))
 		}
 		opts = append(opts, "-D"+d)
 	}

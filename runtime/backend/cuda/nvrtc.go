@@ -224,7 +224,7 @@ func Compile(name, src, arch string, options ...string) (*Compiled, error) {
 		}
 		// Best effort: a cache that cannot be written only costs a compile next time.
 		if err := os.MkdirAll(dir, 0o755); err == nil {
-			atomicfile.Write(filepath.Join(dir, key+ext), c.Image, 0o644)
+			_ = atomicfile.Write(filepath.Join(dir, key+ext), c.Image, 0o644)
 		}
 	}
 	return c, nil
