@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -32,5 +33,24 @@ func TestDefineOptions(t *testing.T) {
 	t.Setenv(DefinesEnv, " BLMX_SX=16  ")
 	if d := describe(Info{}); !strings.HasSuffix(d, ", kernels with BLMX_SX=16") {
 		t.Errorf("describe = %q, want the defines at its end", d)
+	}
+}
+
+// TestModuleOptions: the options LoadKernels compiles the module with follow the environment
+// (the defines, then the timeline's), and a bad define is LoadKernels's error before any compile.
+func TestModuleOptions(t *testing.T) {
+	t.Setenv(DefinesEnv, "")
+	t.Setenv(TimelineEnv, "")
+	if got, err := moduleOptions(); err != nil || len(got) != 0 {
+		t.Fatalf("no switches: %q, %v", got, err)
+	}
+	t.Setenv(DefinesEnv, "BLMX_SX=12")
+	t.Setenv(TimelineEnv, filepath.Join(t.TempDir(), "tl"))
+	if got, err := moduleOptions(); err != nil || !slices.Equal(got, []string{"-DBLMX_SX=12", "-DLITHOS_TIMELINE=1"}) {
+		t.Fatalf("both switches: %q, %v", got, err)
+	}
+	t.Setenv(DefinesEnv, "BLM_RING=4")
+	if _, err := moduleOptions(); err == nil || !strings.Contains(err.Error(), "BLM_RING") {
+		t.Fatalf("a define outside kernels.Overridable: %v", err)
 	}
 }

@@ -69,6 +69,19 @@ func defineOptions(v string) ([]string, error) {
 	return opts, nil
 }
 
+// moduleOptions returns the NVRTC options LoadKernels adds for the environment: DefinesEnv's
+// -D options, then -DLITHOS_TIMELINE=1 when TimelineEnv is set. Errors: DefinesEnv's.
+func moduleOptions() ([]string, error) {
+	opts, err := defineOptions(os.Getenv(DefinesEnv))
+	if err != nil {
+		return nil, err
+	}
+	if os.Getenv(TimelineEnv) != "" {
+		opts = append(opts, "-DLITHOS_TIMELINE=1")
+	}
+	return opts, nil
+}
+
 // LoadKernels compiles (or reads from the disk cache) and loads the kernel module and
 // resolves every kernel of kernels.Kernels(). Errors: a compilation error (with NVRTC's log),
 // a kernel missing from the module, a kernel whose threadgroup size exceeds what the loaded
@@ -88,14 +101,11 @@ func (d *Device) LoadKernels() (ks *Kernels, err error) {
 	if err != nil {
 		return nil, err
 	}
-	opts, err := defineOptions(os.Getenv(DefinesEnv))
+	opts, err := moduleOptions()
 	if err != nil {
 		return nil, err
 	}
 	timeline := os.Getenv(TimelineEnv)
-	if timeline != "" {
-		opts = append(opts, "-DLITHOS_TIMELINE=1")
-	}
 	c, err := Compile("lithos_kernels.cu", src, d.Info.Arch(), opts...)
 	if err != nil {
 		return nil, err
