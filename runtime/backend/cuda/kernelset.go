@@ -83,7 +83,8 @@ func moduleOptions() ([]string, error) {
 }
 
 // LoadKernels compiles (or reads from the disk cache) and loads the kernel module and
-// resolves every kernel of kernels.Kernels(). Errors: a compilation error (with NVRTC's log),
+// resolves every kernel of kernels.Kernels(), with moduleOptions's options. Errors: a
+// DefinesEnv that defineOptions refuses, a compilation error (with NVRTC's log),
 // a kernel missing from the module, a kernel whose threadgroup size exceeds what the loaded
 // code allows.
 func (d *Device) LoadKernels() (ks *Kernels, err error) {
