@@ -283,9 +283,8 @@ func writeVerdict(path string, v *verdict) error {
 }
 
 // removeStaleTemps removes dir's temporary verdict files (atomicfile.TempGlob, and the older
-// .verdict-*.tmp; regular files) last
-// modified more than staleTemp before now; errors are ignored (another process may remove
-// them first).
+// .verdict-*.tmp; regular files) last modified more than staleTemp before now; errors are
+// ignored (another process may remove them first).
 func removeStaleTemps(dir string, now time.Time) {
 	names, _ := filepath.Glob(atomicfile.TempGlob(dir))
 	// The names the verdicts' temporary files had before atomicfile (lithos ≤ 46ca8cc).
