@@ -870,3 +870,125 @@ func TestGDNRowsPerLane(t *testing.T) {
 		t.Fatalf("Validate of KDim %d: %v, want a KDim error", GDNMaxKDim+1, err)
 	}
 }
+
+// TestFiberReplayLayers: the commit replay of several GDN layers in one launch each
+// (GDNParams.Layers, ConvParams.Layers: grid z, each layer's buffers a stride past the one
+// before) leaves every layer's conv and recurrent state bit for bit as that layer's own launch
+// does, reads the rows from the commit-rows word, and touches nothing between the layers'
+// regions (the gaps hold NaN: read, they would reach a state; written, they would change).
+// The conv's weights are a one-float buffer in the layered launch: the replay writes no
+// outputs and so reads no taps.
+func TestFiberReplayLayers(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	s := model.GDNShape{KHeads: 2, VHeads: 4, KDim: 16, VDim: 40}
+	const L, rows, K = 3, 5, 4
+	kd := s.KHeads * s.KDim
+	cd := 2*kd + s.VHeads*s.VDim // the conv's channels: q, k, v
+	nz, off := cd+96, 64         // in_proj_zqkv's rows (z first), the conv's columns from off
+	// Per layer, with gaps: x (the kept in_proj_zqkv rows), the kept conv output (q, k, v), β
+	// and g, the conv state [2, K−1, cd], the recurrent state [2, VHeads, KDim, VDim].
+	sx, sc, sg, scs, sst := rows*nz+7, rows*cd+5, rows*s.VHeads+3, 2*(K-1)*cd+9, 2*s.StateLen()+11
+	nan := float32(math.NaN())
+	fill := func(n, region, stride int, scale float32) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = nan
+			if i%stride < region {
+				v[i] = scale * (2*r.Float32() - 1)
+			}
+		}
+		return v
+	}
+	xs := fill(L*sx, rows*nz, sx, 2)
+	kc := fill(L*sc, rows*cd, sc, 0.3)
+	beta := fill(L*sg, rows*s.VHeads, sg, 0.5)
+	g := fill(L*sg, rows*s.VHeads, sg, 1)
+	for i := range beta {
+		if i%sg < rows*s.VHeads {
+			beta[i] += 0.5
+			g[i] = -float32(math.Abs(float64(g[i])))
+		}
+	}
+	cst := fill(L*scs, 2*(K-1)*cd, scs, 2)
+	gst := fill(L*sst, 2*s.StateLen(), sst, 1)
+	w := randVec(r, cd*K, 1)
+	ctl := make([]uint32, 64)
+	ctl[0] = 8 // Step: even, and SlotXor 1 → read slot 1, write slot 0
+	ctl[5] = 3 // the commit-rows word: 3 of the 5 kept rows
+	cv := ConvParams{DoneWord: NoWord, Rows: rows, RowsWord: 5, Channels: uint32(cd), KernelSize: K, Slot: 0, SlotWord: 0, SlotXor: 1,
+		LdX: uint32(nz), LdY: uint32(cd)}
+	gd := GDNParams{DoneWord: NoWord, Rows: rows, RowsWord: 5, KHeads: uint32(s.KHeads), VHeads: uint32(s.VHeads), KDim: uint32(s.KDim),
+		VDim: uint32(s.VDim), Slot: 0, SlotWord: 0, SlotXor: 1, LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(s.VHeads),
+		LdOut: uint32(s.VHeads * s.VDim)}
+	cvL, gdL := cv, gd
+	cvL.Layers, cvL.LayerX, cvL.LayerState = L, uint32(sx), uint32(scs)
+	gdL.Layers, gdL.LayerQKV, gdL.LayerGate, gdL.LayerState = L, uint32(sc), uint32(sg), uint32(sst)
+	for _, v := range []validator{cv, gd, cvL, gdL} {
+		if err := v.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gdL.Grid()[2] != L || cvL.Grid()[2] != L {
+		t.Fatalf("grids %v, %v: want %d layers in z", gdL.Grid(), cvL.Grid(), L)
+	}
+	var j job
+	c := j.buf(u32Bytes(ctl))
+	cb, gb := j.f32(cst), j.f32(gst)
+	j.launch(t, "lithos_conv", cvL.Grid(), c, j.buf(Record(cvL)), j.f32(xs[off:]), j.f32([]float32{nan}), cb, cb, cb, cb, cb, cb, cb)
+	kcb := j.f32(kc)
+	j.launch(t, "lithos_gdn", gdL.Grid(), c, j.buf(Record(gdL)), kcb, j.f32(kc[kd:]), j.f32(kc[2*kd:]), j.f32(beta), j.f32(g), gb, gb,
+		gb, gb, gb, gb)
+	res := j.mustRun(t)
+	gotC, gotG := bytesF32(res[cb]), bytesF32(res[gb])
+	same := func(what string, got, want []float32) {
+		t.Helper()
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s[%d] = %g, want %g", what, i, got[i], want[i])
+			}
+		}
+	}
+	for l := range L {
+		// Layer l alone, from its own copies.
+		var o job
+		c := o.buf(u32Bytes(ctl))
+		cb1, gb1 := o.f32(cst[l*scs:l*scs+2*(K-1)*cd]), o.f32(gst[l*sst:l*sst+2*s.StateLen()])
+		o.launch(t, "lithos_conv", cv.Grid(), c, o.buf(Record(cv)), o.f32(xs[l*sx+off:(l+1)*sx]), o.f32(w), cb1, cb1, cb1, cb1, cb1, cb1, cb1)
+		k1 := kc[l*sc : (l+1)*sc]
+		o.launch(t, "lithos_gdn", gd.Grid(), c, o.buf(Record(gd)), o.f32(k1), o.f32(k1[kd:]), o.f32(k1[2*kd:]), o.f32(beta[l*sg:(l+1)*sg]),
+			o.f32(g[l*sg:(l+1)*sg]), gb1, gb1, gb1, gb1, gb1, gb1)
+		one := o.mustRun(t)
+		same(fmt.Sprintf("layer %d conv state", l), gotC[l*scs:], bytesF32(one[cb1]))
+		same(fmt.Sprintf("layer %d recurrent state", l), gotG[l*sst:], bytesF32(one[gb1]))
+		// The read slot (1) is as it was, the written one (0) is not: the replay ran.
+		same(fmt.Sprintf("layer %d conv state, read slot", l), gotC[l*scs+(K-1)*cd:], cst[l*scs+(K-1)*cd:l*scs+2*(K-1)*cd])
+		if slices.Equal(gotG[l*sst:l*sst+s.StateLen()], gst[l*sst:l*sst+s.StateLen()]) {
+			t.Fatalf("layer %d: the recurrent state's write slot is unchanged", l)
+		}
+	}
+	// The gaps between the layers' states are as they were (NaN).
+	for i := range gotC {
+		if i%scs >= 2*(K-1)*cd && !math.IsNaN(float64(gotC[i])) {
+			t.Fatalf("conv state gap [%d] = %g, want NaN (untouched)", i, gotC[i])
+		}
+	}
+	for i := range gotG {
+		if i%sst >= 2*s.StateLen() && !math.IsNaN(float64(gotG[i])) {
+			t.Fatalf("recurrent state gap [%d] = %g, want NaN (untouched)", i, gotG[i])
+		}
+	}
+	// And against the CPU: layer 2's recurrent state after its 3 committed rows.
+	q2, k2, v2 := make([]float32, 3*kd), make([]float32, 3*kd), make([]float32, 3*s.VHeads*s.VDim)
+	for t0 := range 3 {
+		row := kc[2*sc+t0*cd:]
+		copy(q2[t0*kd:], row[:kd])
+		copy(k2[t0*kd:], row[kd:2*kd])
+		copy(v2[t0*s.VHeads*s.VDim:], row[2*kd:cd])
+	}
+	want := make([]float32, s.StateLen())
+	out := make([]float32, 3*s.VHeads*s.VDim)
+	if err := model.GDNRecurrent(s, out, q2, k2, v2, beta[2*sg:], g[2*sg:], 3, gst[2*sst+s.StateLen():2*sst+2*s.StateLen()], want); err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "layer 2's state against the CPU", gotG[2*sst:2*sst+s.StateLen()], want, 1e-5, 1e-6)
+}

@@ -328,22 +328,30 @@ const gdnLanesPerColumn = 4
 // one value per value head) and writes them to beta and g for the commit replay (which then
 // reads them: Gates 0); with Gates 0 ga, gb, neg_a and dt_bias are not read. Kernel lithos_gdn,
 // buffers q, k, v, beta, g, state, out, ga, gb, neg_a, dt_bias.
+//
+// Layers > 1 runs the same rule over Layers layers in one launch (grid z): layer l reads q, k
+// and v LayerQKV floats, beta and g LayerGate floats, and reads and writes its state
+// LayerState floats (≥ the state's 2·VHeads·KDim·VDim) past layer 0's — the commit replay of
+// every GDN layer of a round at once, where one launch per layer paid its fixed cost 48 times
+// (docs/performance.md §3.3v). Only with WriteOut 0 and Gates 0 (the replay's form); with one
+// layer (Layers 0 or 1) the three strides are 0.
 type GDNParams struct {
-	DoneWord                 uint32
-	Rows                     uint32
-	RowsWord                 uint32
-	KHeads, VHeads           uint32
-	KDim, VDim               uint32
-	Slot, SlotWord, SlotXor  uint32
-	WriteOut                 uint32
-	LdQK, LdV, LdGate, LdOut uint32
-	Gates, LdAB              uint32
+	DoneWord                                uint32
+	Rows                                    uint32
+	RowsWord                                uint32
+	KHeads, VHeads                          uint32
+	KDim, VDim                              uint32
+	Slot, SlotWord, SlotXor                 uint32
+	WriteOut                                uint32
+	LdQK, LdV, LdGate, LdOut                uint32
+	Gates, LdAB                             uint32
+	Layers, LayerQKV, LayerGate, LayerState uint32
 }
 
-// Grid is one threadgroup per (value head, gdnThreads/gdnLanesPerColumn = 32 state columns),
-// each column over gdnLanesPerColumn lanes (ops/gdn.kern GDN_CW).
+// Grid is one threadgroup per (value head, gdnThreads/gdnLanesPerColumn = 32 state columns,
+// layer), each column over gdnLanesPerColumn lanes (ops/gdn.kern GDN_CW).
 func (p GDNParams) Grid() [3]uint32 {
-	return [3]uint32{p.VHeads, ceilDiv(p.VDim, gdnThreads/gdnLanesPerColumn), 1}
+	return [3]uint32{p.VHeads, ceilDiv(p.VDim, gdnThreads/gdnLanesPerColumn), max(p.Layers, 1)}
 }
 
 // ConvParams: causal depthwise conv1d + SiLU (runtime/model.CausalConv1D) with the conv state
@@ -370,6 +378,13 @@ func (p GDNParams) Grid() [3]uint32 {
 // times it). The product does not depend on the conv: the launch runs both at once (one launch
 // fewer per GDN layer, and with ABNorm two: the input norm then folded into in_proj_zqkv;
 // docs/performance.md §8.11). Buffers ax, aw, anw, ars, ay (any buffers when ABOut is 0).
+//
+// Layers > 1 runs the conv over Layers layers in one launch (grid z): layer l reads x
+// LayerX floats and reads and writes its state LayerState floats (≥ the state's
+// 2·(KernelSize−1)·Channels) past layer 0's — the commit replay of every GDN layer of a round
+// at once (GDNParams.Layers). Only with WriteOut 0, NormGroups 0 and ABOut 0 (the replay's
+// form, which writes the state alone and so reads no weights: w may be any buffer); with one
+// layer (Layers 0 or 1) both strides are 0.
 type ConvParams struct {
 	DoneWord                uint32
 	Rows                    uint32
@@ -385,6 +400,8 @@ type ConvParams struct {
 	ABLdX, ABLdY            uint32
 	ABNorm                  uint32
 	ABEps                   float32
+	Layers                  uint32
+	LayerX, LayerState      uint32
 }
 
 // ConvMaxKernel is the largest KernelSize lithos_conv takes (CONV_KMAX: a thread keeps the
@@ -396,9 +413,9 @@ const ConvMaxKernel = 8
 const convABOut = 4
 
 // Grid is one thread per channel, ⌈Channels/convThreads⌉ threadgroups, then
-// ⌈ABOut/4⌉ threadgroups of the in_proj_ab product (4 outputs each).
+// ⌈ABOut/4⌉ threadgroups of the in_proj_ab product (4 outputs each); Layers of them (z).
 func (p ConvParams) Grid() [3]uint32 {
-	return [3]uint32{ceilDiv(p.Channels, convThreads) + ceilDiv(p.ABOut, convABOut), 1, 1}
+	return [3]uint32{ceilDiv(p.Channels, convThreads) + ceilDiv(p.ABOut, convABOut), 1, max(p.Layers, 1)}
 }
 
 // AttnParams: GQA attention over the KV cache (runtime/model.Attend), causal unless Block: row

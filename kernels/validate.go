@@ -146,6 +146,15 @@ func (c *vcheck) matrixIO(n, k, rows, ldx, ldy, epilogue uint32) {
 	c.apart("LdY", rows, uint64(ldy), out, "the outputs per row")
 }
 
+// spanOf is the elements a [rows, ld] buffer whose rows hold width values spans, (rows −
+// 1)·ld + width (0 without rows or width).
+func spanOf(rows, ld, width uint64) uint64 {
+	if rows == 0 || width == 0 {
+		return 0
+	}
+	return (rows-1)*ld + width
+}
+
 // span: the largest element index of a [rows, ld] buffer whose rows hold width values,
 // (rows − 1)·ld + width − 1, fits the kernel's u32 index arithmetic.
 func (c *vcheck) span(field string, rows, ld, width uint64, rule string) {
@@ -335,7 +344,9 @@ func (p ArgmaxParams) Validate() error {
 // two-slot state, 2·VHeads·KDim·VDim values, and q, k ([Rows, LdQK], KHeads·KDim values), v
 // (VHeads·VDim), beta and g (VHeads), out (VHeads·VDim, when WriteOut) within 32-bit offsets;
 // out's rows apart; Gates 0 or 1, with Gates ga and gb ([Rows, LdAB], VHeads) within 32-bit
-// offsets and beta's and g's rows apart (they are written).
+// offsets and beta's and g's rows apart (they are written); Layers > 1 only with WriteOut 0 and
+// Gates 0, LayerState ≥ the state and every layer's q, k, v, beta, g and state within 32-bit
+// offsets, Layers ≤ 65535 (grid z); with one layer every stride 0.
 func (p GDNParams) Validate() error {
 	c := vcheck{rec: "GDNParams"}
 	c.done(p.DoneWord)
@@ -367,7 +378,22 @@ func (p GDNParams) Validate() error {
 		c.span("LdOut", rows, uint64(p.LdOut), vw, "(Rows−1)·LdOut + VHeads·VDim")
 		c.apart("LdOut", p.Rows, uint64(p.LdOut), vw, "VHeads·VDim")
 	}
-	c.grid(p.Grid(), [3]string{"VHeads", "VDim", ""})
+	if p.Layers > 1 {
+		if p.WriteOut != 0 || p.Gates != 0 {
+			c.failf("Layers", "is %d with WriteOut %d and Gates %d: several layers run only as the commit replay (both 0)", p.Layers, p.WriteOut, p.Gates)
+		}
+		st, l := 2*uint64(p.VHeads)*uint64(p.KDim)*uint64(p.VDim), uint64(p.Layers-1)
+		if uint64(p.LayerState) < st {
+			c.failf("LayerState", "is %d < the state's 2·VHeads·KDim·VDim = %d: the layers' states would overlap", p.LayerState, st)
+		}
+		c.total("LayerState", l*uint64(p.LayerState)+st, "(Layers−1)·LayerState + the state")
+		qkv := max(spanOf(rows, uint64(p.LdQK), uint64(p.KHeads)*uint64(p.KDim)), spanOf(rows, uint64(p.LdV), vw))
+		c.total("LayerQKV", l*uint64(p.LayerQKV)+qkv, "(Layers−1)·LayerQKV + the rows of q, k and v")
+		c.total("LayerGate", l*uint64(p.LayerGate)+spanOf(rows, uint64(p.LdGate), uint64(p.VHeads)), "(Layers−1)·LayerGate + the rows of beta and g")
+	} else if p.LayerQKV != 0 || p.LayerGate != 0 || p.LayerState != 0 {
+		c.failf("Layers", "is %d with LayerQKV %d, LayerGate %d, LayerState %d: want every stride 0 with one layer", p.Layers, p.LayerQKV, p.LayerGate, p.LayerState)
+	}
+	c.grid(p.Grid(), [3]string{"VHeads", "VDim", "Layers"})
 	return c.err()
 }
 
@@ -377,7 +403,9 @@ func (p GDNParams) Validate() error {
 // and y (when WriteOut) within 32-bit offsets; y's rows apart; with NormGroups the norm's rules
 // (ConvParams), without it every Norm field 0; with ABOut the product's: ABIn ≥ 1, ABIn and
 // ABLdX even, its weights, ax and ay within 32-bit offsets, ay's rows apart, ABNorm 0 or 1 (with
-// 1, ABEps in (0, 1)); without it every AB field 0.
+// 1, ABEps in (0, 1)); without it every AB field 0; Layers > 1 only with WriteOut 0,
+// NormGroups 0 and ABOut 0, LayerState ≥ the state and every layer's x and state within
+// 32-bit offsets, Layers ≤ 65535 (grid z); with one layer both strides 0.
 func (p ConvParams) Validate() error {
 	c := vcheck{rec: "ConvParams"}
 	c.done(p.DoneWord)
@@ -434,7 +462,24 @@ func (p ConvParams) Validate() error {
 	} else if p.ABIn != 0 || p.ABLdX != 0 || p.ABLdY != 0 || p.ABNorm != 0 || p.ABEps != 0 {
 		c.failf("ABOut", "is 0 with ABIn %d, ABLdX %d, ABLdY %d, ABNorm %d, ABEps %v: want all 0 without the product", p.ABIn, p.ABLdX, p.ABLdY, p.ABNorm, p.ABEps)
 	}
-	c.grid(p.Grid(), [3]string{"Channels", "", ""})
+	if p.Layers > 1 {
+		if p.WriteOut != 0 || p.NormGroups != 0 || p.ABOut != 0 {
+			c.failf("Layers", "is %d with WriteOut %d, NormGroups %d and ABOut %d: several layers run only as the commit replay (all 0)", p.Layers, p.WriteOut, p.NormGroups, p.ABOut)
+		}
+		var st uint64
+		if p.KernelSize > 0 {
+			st = 2 * uint64(p.KernelSize-1) * ch
+		}
+		l := uint64(p.Layers - 1)
+		if uint64(p.LayerState) < st {
+			c.failf("LayerState", "is %d < the state's 2·(KernelSize−1)·Channels = %d: the layers' states would overlap", p.LayerState, st)
+		}
+		c.total("LayerState", l*uint64(p.LayerState)+st, "(Layers−1)·LayerState + the state")
+		c.total("LayerX", l*uint64(p.LayerX)+spanOf(uint64(p.Rows), uint64(p.LdX), ch), "(Layers−1)·LayerX + the rows of x")
+	} else if p.LayerX != 0 || p.LayerState != 0 {
+		c.failf("Layers", "is %d with LayerX %d, LayerState %d: want both strides 0 with one layer", p.Layers, p.LayerX, p.LayerState)
+	}
+	c.grid(p.Grid(), [3]string{"Channels", "", "Layers"})
 	return c.err()
 }
 

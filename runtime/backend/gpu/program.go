@@ -814,7 +814,7 @@ func (s *Session) emitDraft(e *emitter) {
 // of the committed rows' taps → RoundEnd (DraftContext). Near the end of the context the same
 // program runs a single row (RoundBegin says so; the drafts are then unused).
 func (s *Session) buildRound() (*program, error) {
-	sp, c, w := s.spec, &s.t.Cfg, s.words
+	sp, w := s.spec, s.words
 	n := sp.block + 1
 	p := &program{name: fmt.Sprintf("round(%d rows)", n)}
 	p.recs.Align = recordAlign(s.d)
@@ -832,24 +832,7 @@ func (s *Session) buildRound() (*program, error) {
 	s.emitRound(e, kernels.RoundAccept, nw, false)
 	// After the accept: these run on CommitRows, also in the round that set done.
 	e.done = nw
-	for _, l := range s.plans {
-		if l.kind != model.GDN {
-			continue
-		}
-		e.what("layer %d commit replay", l.idx)
-		cd, nz := c.ConvDim(), int(l.zqkv.Geometry.N)
-		kd := c.KHeads * c.KDim
-		cv := kernels.ConvParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
-			Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0, LdX: uint32(nz), LdY: uint32(cd)}
-		b.add("lithos_conv", cv, cv.Grid(), f32at(sp.kZqkv[l.idx], l.qkvOff), l.conv, s.convState[l.idx].Ptr, s.conv.Ptr,
-			s.conv.Ptr, l.conv, l.conv, l.conv, s.conv.Ptr) // no in_proj_ab: any buffers
-		gd := kernels.GDNParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, KHeads: uint32(c.KHeads), VHeads: uint32(c.VHeads),
-			KDim: uint32(c.KDim), VDim: uint32(c.VDim), Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0,
-			LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(c.VHeads), LdOut: uint32(c.VHeads * c.VDim)}
-		kc := sp.kConv[l.idx]
-		b.add("lithos_gdn", gd, gd.Grid(), kc.Ptr, f32at(kc, kd), f32at(kc, 2*kd), sp.kBeta[l.idx].Ptr, sp.kG[l.idx].Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr,
-			kc.Ptr, kc.Ptr, kc.Ptr, kc.Ptr) // Gates 0: ga, gb, neg_a, dt_bias unread
-	}
+	s.emitCommitReplay(e)
 	s.emitRound(e, kernels.RoundMark, nw, false)
 	s.emitAppend(e, n, s.auxCommitRows)
 	s.emitRound(e, kernels.RoundEnd, s.auxCommitRows, true)
@@ -860,6 +843,70 @@ func (s *Session) buildRound() (*program, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// emitCommitReplay adds the round's GDN commit replay (docs/speculative.md §1): every GDN
+// layer's conv state and recurrent state advanced by the CommitRows committed rows from the
+// records the verify kept. All layers in one conv launch and one delta-rule launch
+// (kernels.ConvParams.Layers, kernels.GDNParams.Layers: each layer's buffers a fixed stride
+// apart, allocLayers), where one pair of launches per layer paid a launch's fixed cost 2 × 48
+// times a round on the 27B (docs/performance.md §3.3v); a launch pair per layer only when the
+// layers' in_proj_zqkv keeps the conv's columns at different offsets (not the packer's
+// bundles).
+func (s *Session) emitCommitReplay(e *emitter) {
+	sp, c, w := s.spec, &s.t.Cfg, s.words
+	n := sp.block + 1
+	nw := uint32(kernels.NoWord)
+	b := e.b
+	var gdn []*layerPlan
+	for i := range s.plans {
+		if s.plans[i].kind == model.GDN {
+			gdn = append(gdn, &s.plans[i])
+		}
+	}
+	if len(gdn) == 0 {
+		return
+	}
+	cd, kd := c.ConvDim(), c.KHeads*c.KDim
+	one := true
+	for _, l := range gdn {
+		one = one && l.qkvOff == gdn[0].qkvOff && l.zqkv.Geometry.N == gdn[0].zqkv.Geometry.N
+	}
+	// emit adds the launches of layers layers from l on (1: l alone).
+	emit := func(l *layerPlan, layers int) {
+		nz := int(l.zqkv.Geometry.N)
+		cv := kernels.ConvParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
+			Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0, LdX: uint32(nz), LdY: uint32(cd)}
+		gd := kernels.GDNParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, KHeads: uint32(c.KHeads), VHeads: uint32(c.VHeads),
+			KDim: uint32(c.KDim), VDim: uint32(c.VDim), Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0,
+			LdQK: uint32(cd), LdV: uint32(cd), LdGate: uint32(c.VHeads), LdOut: uint32(c.VHeads * c.VDim)}
+		if layers > 1 {
+			cv.Layers, cv.LayerX, cv.LayerState = uint32(layers), layerFloats(sp.kZqkv), layerFloats(s.convState)
+			gd.Layers, gd.LayerQKV, gd.LayerGate, gd.LayerState = uint32(layers), layerFloats(sp.kConv), layerFloats(sp.kBeta), layerFloats(s.gdnState)
+			if layerFloats(sp.kG) != gd.LayerGate {
+				if b.err == nil {
+					b.err = fmt.Errorf("%s: program %s: %s: β and g kept %d and %d floats apart per layer, want one stride", b.pfx, b.p.name, b.what, gd.LayerGate, layerFloats(sp.kG))
+				}
+				return
+			}
+		}
+		// No in_proj_ab (ABOut 0): its buffers may be any; no outputs (WriteOut 0): the
+		// taps are not read.
+		b.add("lithos_conv", cv, cv.Grid(), f32at(sp.kZqkv[l.idx], l.qkvOff), l.conv, s.convState[l.idx].Ptr, s.conv.Ptr,
+			s.conv.Ptr, l.conv, l.conv, l.conv, s.conv.Ptr)
+		kc := sp.kConv[l.idx]
+		b.add("lithos_gdn", gd, gd.Grid(), kc.Ptr, f32at(kc, kd), f32at(kc, 2*kd), sp.kBeta[l.idx].Ptr, sp.kG[l.idx].Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr,
+			kc.Ptr, kc.Ptr, kc.Ptr, kc.Ptr) // Gates 0: ga, gb, neg_a, dt_bias unread
+	}
+	if one && gdn[0].idx == 0 {
+		e.what("GDN commit replay, %d layers", len(gdn))
+		emit(gdn[0], len(gdn))
+		return
+	}
+	for _, l := range gdn {
+		e.what("layer %d commit replay", l.idx)
+		emit(l, 1)
+	}
 }
 
 // enqueue queues the program's launches on the session queue (directly, or into a recording).

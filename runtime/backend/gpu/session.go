@@ -62,6 +62,9 @@ type Session struct {
 	x, hn, zqkv, ab, conv, beta, g, o, qkv, qn, att, pm, pl, po, act, logits, pv, pi *Buffer
 	gdnState, convState, kc, vc                                                      []*Buffer
 	parts                                                                            int
+	// layered holds the allocations behind the per-layer views of allocLayers (gdnState,
+	// convState, and the drafter's kept records), which Close frees.
+	layered []*Buffer
 
 	decode  *program
 	prefill map[[2]int]*program // by (rows, last)
@@ -102,10 +105,52 @@ type specState struct {
 func (sp *specState) buffers() []*Buffer {
 	l := []*Buffer{sp.tapBuf, sp.h, sp.xn, sp.qkv, sp.q, sp.k, sp.att, sp.act, sp.gu, sp.hn, sp.base, sp.cin, sp.conf, sp.cx,
 		sp.cqkv, sp.ck, sp.maskIDs, sp.pm, sp.pl, sp.po, sp.stats}
-	for _, g := range [][]*Buffer{sp.kZqkv, sp.kConv, sp.kBeta, sp.kG, sp.ctxK, sp.ctxV} {
+	for _, g := range [][]*Buffer{sp.ctxK, sp.ctxV} {
 		l = append(l, g...)
 	}
-	return l
+	return l // not kZqkv, kConv, kBeta, kG: views into Session.layered
+}
+
+// layerStride is the bytes between the layers' regions of n bytes in one allocation
+// (allocLayers): n rounded up to 256, the alignment of an allocation of its own.
+func layerStride(n int64) int64 { return (n + 255) &^ 255 }
+
+// allocLayers allocates count regions of n bytes as one buffer, layerStride(n) bytes apart,
+// and returns views of them (nil when count is 0), zero-filled when zero is set; the allocation
+// goes to s.layered, which Close frees. One allocation lets a launch reach every layer's region
+// at a fixed stride (layerFloats): the round's commit replay of all GDN layers at once
+// (kernels.GDNParams.Layers, kernels.ConvParams.Layers).
+func (s *Session) allocLayers(count int, n int64, zero bool) ([]*Buffer, error) {
+	if count == 0 {
+		return nil, nil
+	}
+	st := layerStride(max(n, 16))
+	b, err := s.d.Alloc(int64(count) * st)
+	if err != nil {
+		return nil, err
+	}
+	s.layered = append(s.layered, b)
+	if zero {
+		if err := s.s.Fill32(b, 0, b.Size/4, 0); err != nil {
+			return nil, err
+		}
+	}
+	views := make([]*Buffer, count)
+	for i := range views {
+		if views[i], err = b.Slice(int64(i)*st, n); err != nil {
+			return nil, err
+		}
+	}
+	return views, nil
+}
+
+// layerFloats is the stride in floats between the regions of allocLayers' views v (0 for
+// fewer than two: a launch over one layer has no stride).
+func layerFloats(v []*Buffer) uint32 {
+	if len(v) < 2 {
+		return 0
+	}
+	return uint32((v[1].Ptr - v[0].Ptr) / 4)
 }
 
 // confStop32 returns the float32 c with float32 confidences x ≥ c exactly when float64(x) ≥
@@ -199,7 +244,10 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	gdnBytes := 4 * int64(2*c.VHeads*c.KDim*c.VDim)
 	convBytes := 4 * int64(2*(c.ConvKernel-1)*cd)
 	kvBytes := 4 * int64(opt.Capacity) * int64(kvd)
-	need += int64(ng)*(gdnBytes+convBytes) + int64(na)*2*kvBytes
+	need += int64(ng)*(layerStride(gdnBytes)+layerStride(convBytes)) + int64(na)*2*kvBytes
+	// Per GDN layer with a drafter, the verify's records the commit replay reads (floats): the
+	// in_proj_zqkv rows, the conv output, β and g.
+	keep := []int{R * (vd + cd), R * cd, R * c.VHeads, R * c.VHeads}
 	// With a drafter: its state and scratch (floats), and per GDN layer the verify's records.
 	var specSizes []struct {
 		dst **Buffer
@@ -238,16 +286,11 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 				n   int
 			}{new(*Buffer), (opt.Capacity + B) * dkv})
 		}
-		for range ng {
-			for _, n := range []int{R * (vd + cd), R * cd, R * c.VHeads, R * c.VHeads} {
-				specSizes = append(specSizes, struct {
-					dst **Buffer
-					n   int
-				}{new(*Buffer), n})
-			}
-		}
 		for _, z := range specSizes {
 			need += 4 * int64(max(z.n, 4))
+		}
+		for _, n := range keep {
+			need += int64(ng) * layerStride(4*int64(n))
 		}
 		s.spec = sp
 	}
@@ -280,16 +323,13 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 		}
 		return b, nil
 	}
-	for range ng {
-		b, err := zero(gdnBytes)
-		if err != nil {
-			return fail(err)
-		}
-		s.gdnState = append(s.gdnState, b)
-		if b, err = zero(convBytes); err != nil {
-			return fail(err)
-		}
-		s.convState = append(s.convState, b)
+	// The GDN layers' states, each kind in one allocation (allocLayers), so that the round's
+	// commit replay runs every layer in one launch.
+	if s.gdnState, err = s.allocLayers(ng, gdnBytes, true); err != nil {
+		return fail(err)
+	}
+	if s.convState, err = s.allocLayers(ng, convBytes, true); err != nil {
+		return fail(err)
 	}
 	for range na {
 		for _, dst := range []*[]*Buffer{&s.kc, &s.vc} {
@@ -307,18 +347,16 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 			}
 		}
 		// The per-layer buffers, in the order they were listed.
-		i := len(specSizes) - 2*sp.d.Cfg.Layers - 4*ng
+		i := len(specSizes) - 2*sp.d.Cfg.Layers
 		for range sp.d.Cfg.Layers {
 			sp.ctxK = append(sp.ctxK, *specSizes[i].dst)
 			sp.ctxV = append(sp.ctxV, *specSizes[i+1].dst)
 			i += 2
 		}
-		for range ng {
-			sp.kZqkv = append(sp.kZqkv, *specSizes[i].dst)
-			sp.kConv = append(sp.kConv, *specSizes[i+1].dst)
-			sp.kBeta = append(sp.kBeta, *specSizes[i+2].dst)
-			sp.kG = append(sp.kG, *specSizes[i+3].dst)
-			i += 4
+		for k, dst := range []*[]*Buffer{&sp.kZqkv, &sp.kConv, &sp.kBeta, &sp.kG} {
+			if *dst, err = s.allocLayers(ng, 4*int64(keep[k]), false); err != nil {
+				return fail(err)
+			}
 		}
 		mask := make([]byte, 4*max(sp.block-1, 1))
 		for k := 0; k < sp.block-1; k++ {
@@ -719,7 +757,7 @@ func (s *Session) Close() error {
 		s.att, s.pm, s.pl, s.po, s.act, s.logits, s.pv, s.pi} {
 		b.Free()
 	}
-	for _, l := range [][]*Buffer{s.gdnState, s.convState, s.kc, s.vc} {
+	for _, l := range [][]*Buffer{s.kc, s.vc, s.layered} { // gdnState, convState: views into layered
 		for _, b := range l {
 			b.Free()
 		}
