@@ -112,3 +112,77 @@ func TestRecordsAlign(t *testing.T) {
 		}
 	}
 }
+
+// allocDevice is a Device whose Alloc hands out owned buffers at increasing addresses.
+type allocDevice struct {
+	Device
+	o    fakeOwner
+	next uint64
+	fail bool
+}
+
+func (d *allocDevice) Alloc(n int64) (*Buffer, error) {
+	if d.fail {
+		return nil, errors.New("out of memory")
+	}
+	d.next += 1 << 20
+	return &Buffer{Ptr: d.next, Size: n, Owner: &d.o}, nil
+}
+
+// fillQueue records Fill32 calls.
+type fillQueue struct {
+	fakeQueue
+	fills []int64 // the words of each fill
+}
+
+func (q *fillQueue) Fill32(b *Buffer, off, words int64, v uint32) error {
+	q.fills = append(q.fills, words)
+	return nil
+}
+
+// TestAllocLayers: the per-layer views of one allocation, layerStride (256-byte multiple) apart,
+// each the asked size; the zero fill covers the whole allocation once; layerFloats gives the
+// stride in floats (0 for one layer); Close frees the allocation, never a view.
+func TestAllocLayers(t *testing.T) {
+	d := &allocDevice{}
+	q := &fillQueue{}
+	s := &Session{d: d, s: q}
+	v, err := s.allocLayers(3, 1000, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v) != 3 || len(s.layered) != 1 || s.layered[0].Size != 3*1024 {
+		t.Fatalf("%d views, %d allocations (size %d), want 3 views of one of 3072 bytes", len(v), len(s.layered), s.layered[0].Size)
+	}
+	for i, b := range v {
+		if b.Ptr != s.layered[0].Ptr+uint64(i)*1024 || b.Size != 1000 || b.Owner != nil {
+			t.Fatalf("view %d: %+v", i, b)
+		}
+	}
+	if len(q.fills) != 1 || q.fills[0] != 3*1024/4 {
+		t.Fatalf("fills %v, want one of %d words", q.fills, 3*1024/4)
+	}
+	if got := layerFloats(v); got != 256 {
+		t.Fatalf("layerFloats = %d, want 256", got)
+	}
+	one, err := s.allocLayers(1, 4096, false)
+	if err != nil || len(one) != 1 || layerFloats(one) != 0 || len(q.fills) != 1 {
+		t.Fatalf("one layer: %v, %v, stride %d, fills %v", one, err, layerFloats(one), q.fills)
+	}
+	if none, err := s.allocLayers(0, 64, true); none != nil || err != nil || len(s.layered) != 2 {
+		t.Fatalf("no layers: %v, %v, %d allocations", none, err, len(s.layered))
+	}
+	d.fail = true
+	if _, err := s.allocLayers(2, 64, true); err == nil {
+		t.Fatal("a failed allocation was not reported")
+	}
+	if layerStride(1) != 256 || layerStride(256) != 256 || layerStride(257) != 512 {
+		t.Fatalf("layerStride 1, 256, 257 = %d, %d, %d", layerStride(1), layerStride(256), layerStride(257))
+	}
+	for _, b := range s.layered {
+		b.Free()
+	}
+	if d.o.buffers != 2 {
+		t.Fatalf("%d frees, want the 2 allocations", d.o.buffers)
+	}
+}
