@@ -1,0 +1,155 @@
+// stagebench: what bounds the MMA-layout products' staging (docs/performance.md §3.3t, §3.3w).
+//
+// A product's threadgroup (512 threads, one per multiprocessor) first copies its K part of the
+// activations — 8 tokens × P floats, P = K/CL — from the L2 into threadgroup memory, while
+// every other threadgroup of the launch reads the same parts at once. This times that copy
+// alone, per threadgroup with %globaltimer, in several forms, so that one device call tells
+// whether it is bound by the sharing (every threadgroup reading the same lines), by a
+// multiprocessor's own load throughput, or by the way the loads are issued:
+//   mode 0  the kernel's pattern (kernels/ops/blmx.kern): entry e = 32·ks + lane holds token
+//           lane/4's columns 16ks + 2q, +1, +8, +9 (q = lane%4), two 8-byte loads per entry,
+//           SX entries per thread in flight, one 16-byte store each; x shared (threadgroup i
+//           reads part i % CL of one x)
+//   mode 1  the same, each threadgroup reading its own copy of x (nothing shared)
+//   mode 2  one 16-byte load per entry (four contiguous columns), x shared
+//   mode 3  bulk copies (cp.async.bulk, one per token row, on an mbarrier), x shared
+//   mode 4  bulk copies, each threadgroup its own copy
+//   mode 5  mode 0 with the kernel's rotation: cluster c (threadgroups c·CL … c·CL + CL − 1)
+//           starts at k-step c·KS/clusters, so that the clusters read different lines at once
+// Usage: stagebench [P [NTG [CL [REPS]]]] — prints, per mode and SX, the median and largest
+// threadgroup time of one staging (averaged over REPS stagings in a row, after one untimed) and
+// the launch's aggregate rate (NTG · 8 · P · 4 bytes ÷ the median). Build: nvcc -O3
+// -arch=sm_90 -o stagebench stagebench.cu (run.sh).
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <vector>
+#include <algorithm>
+#include <cuda_runtime.h>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static __device__ __forceinline__ uint64_t gtimer() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
+
+static __device__ __forceinline__ void mbar_init(uint64_t* b, unsigned n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(b)), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect(uint64_t* b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(b)), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(b);
+    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" :: "r"(a), "r"(parity) : "memory");
+}
+static __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes), "r"((unsigned)__cvta_generic_to_shared(b)) : "memory");
+}
+
+template <int SX>
+__global__ void __launch_bounds__(512, 1) stage(const float* x, unsigned K, unsigned P, unsigned CL, int mode, int reps,
+                                                unsigned long long* t, float* sink) {
+    extern __shared__ uint4 sm[];
+    __shared__ uint64_t bar;
+    const unsigned tid = threadIdx.x, lane = tid & 31u, g = lane >> 2, q = lane & 3u;
+    const unsigned part = blockIdx.x % CL;
+    const bool priv = mode == 1 || mode == 4;
+    const float* xb = x + (priv ? (size_t)blockIdx.x * 8u * K : 0) + part * P; // token 0's part
+    const unsigned NE = P / 16u * 32u; // entries: 32 per k-step of 16 columns
+    const unsigned ncl = max(gridDim.x / CL, 1u);
+    const unsigned rot = mode == 5 ? (blockIdx.x / CL % ncl) * (P / 16u) / ncl * 32u : 0u;
+    if (tid == 0) {
+        mbar_init(&bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    unsigned long long t0 = 0;
+    for (int r = 0; r <= reps; ++r) {
+        if (r == 1) { __syncthreads(); t0 = gtimer(); }
+        if (mode == 3 || mode == 4) {
+            if (tid == 0) {
+                // The reads of the last staging (generic proxy) before these writes (async proxy).
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                mbar_expect(&bar, 8u * P * 4u);
+                for (unsigned tk = 0; tk < 8u; ++tk) bulk_copy((float*)sm + tk * P, xb + (size_t)tk * K, P * 4u, &bar);
+            }
+            mbar_wait(&bar, r & 1);
+        } else {
+            const float* xr = xb + (size_t)g * K;
+            for (unsigned e0 = tid; e0 < NE; e0 += SX * 512u) {
+                float4 v[SX];
+#pragma unroll
+                for (int j = 0; j < SX; ++j) {
+                    const unsigned e = e0 + j * 512u, er = e + rot >= NE ? e + rot - NE : e + rot;
+                    v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (e < NE) {
+                        const unsigned col = (er >> 5) * 16u;
+                        if (mode == 2) {
+                            v[j] = *(const float4*)(xr + col + 4u * q);
+                        } else {
+                            const float2 a = *(const float2*)(xr + col + 2u * q), b = *(const float2*)(xr + col + 2u * q + 8u);
+                            v[j] = make_float4(a.x, a.y, b.x, b.y);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < SX; ++j) {
+                    const unsigned e = e0 + j * 512u, er = e + rot >= NE ? e + rot - NE : e + rot;
+                    if (e < NE) sm[er] = make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z), __float_as_uint(v[j].w));
+                }
+            }
+        }
+        __syncthreads();
+        acc += __uint_as_float(sm[(tid * 7u + r) % NE].x); // keep the copies live
+        __syncthreads();
+    }
+    const unsigned long long t1 = gtimer();
+    if (tid == 0) t[blockIdx.x] = t1 - t0;
+    if (acc == 12345.0f) sink[0] = acc;
+}
+
+int main(int argc, char** argv) {
+    const unsigned P = argc > 1 ? atoi(argv[1]) : 4352;    // down: 17408 / 4
+    const unsigned NTG = argc > 2 ? atoi(argv[2]) : 120;  // 30 clusters of 4
+    const unsigned CL = argc > 3 ? atoi(argv[3]) : 4;
+    const int reps = argc > 4 ? atoi(argv[4]) : 20;
+    const unsigned K = P * CL;
+    const size_t smem = 8u * P * 4u;
+    if (P % 16 || smem > 227u * 1024u) { fprintf(stderr, "P %u: want a multiple of 16 with 8·P·4 ≤ 227 KiB\n", P); return 2; }
+    float *x, *sink;
+    unsigned long long* t;
+    CK(cudaMalloc(&x, (size_t)NTG * 8u * K * 4u));
+    CK(cudaMalloc(&sink, 4));
+    CK(cudaMalloc(&t, NTG * 8));
+    std::vector<float> h((size_t)NTG * 8u * K);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = (float)((i * 2654435761u) % 1000u) * 0.001f;
+    CK(cudaMemcpy(x, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    // Force one threadgroup per multiprocessor, as the products run.
+    const size_t dyn = std::max(smem, (size_t)120 * 1024);
+    CK(cudaFuncSetAttribute(stage<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+    CK(cudaFuncSetAttribute(stage<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+    int dev; cudaDeviceProp pr; CK(cudaGetDevice(&dev)); CK(cudaGetDeviceProperties(&pr, dev));
+    printf("%s, %d SMs; P %u floats per token (%u KB per threadgroup), %u threadgroups, parts %u, %d stagings timed\n",
+           pr.name, pr.multiProcessorCount, P, (unsigned)(smem / 1000), NTG, CL, reps);
+    const char* names[] = {"kernel pattern, shared", "kernel pattern, private", "16-byte loads, shared", "bulk copies, shared", "bulk copies, private",
+                           "kernel pattern, rotated"};
+    for (int mode = 0; mode < 6; ++mode) {
+        for (int sx : {8, 16}) {
+            if ((mode == 3 || mode == 4) && sx == 16) continue;
+            std::vector<unsigned long long> ht(NTG);
+            for (int it = 0; it < 3; ++it) { // the last of three launches
+                if (sx == 8) stage<8><<<NTG, 512, dyn>>>(x, K, P, CL, mode, reps, t, sink);
+                else stage<16><<<NTG, 512, dyn>>>(x, K, P, CL, mode, reps, t, sink);
+                CK(cudaGetLastError());
+                CK(cudaDeviceSynchronize());
+            }
+            CK(cudaMemcpy(ht.data(), t, NTG * 8, cudaMemcpyDeviceToHost));
+            std::sort(ht.begin(), ht.end());
+            const double med = ht[NTG / 2] / 1e3 / reps, mx = ht[NTG - 1] / 1e3 / reps;
+            printf("mode %d SX %2d  %-26s median %6.2f µs  max %6.2f µs  %7.0f GB/s aggregate\n", mode, mode == 3 || mode == 4 ? 0 : sx, names[mode], med, mx,
+                   (double)NTG * smem / (med * 1e3));
+        }
+    }
+    return 0;
+}
