@@ -90,16 +90,20 @@ func BLMXCopyBytes(g blm.Geometry) int64 {
 // BLMXCopy returns the MMA layout of packed, the BLM bytes of g (g.TotalBytes), for
 // lithos_blmx_*: block b's chunk c at (b·chunks + c)·CB; in it lane l = 4g + q (g = l/4, q =
 // l%4) has the 16 bytes at l·16, which are, for each k-step s of the chunk (16 columns from
-// 16s), the codes of rows g and g + 8 at columns 2q, 2q+1, 2q+8, 2q+9:
+// 16s), the codes of rows g and g + 8 at columns 4q, 4q+1, 4q+2, 4q+3 of the k-step — in the
+// places of the MMA's columns 2q, 2q+1, 2q+8, 2q+9 (its A fragment): the kernels stage a token's
+// columns 4q … 4q+3 as the B fragment's, so each k-step's 16 columns are relabelled alike on
+// both sides and the products are the same, while a lane's four activations are contiguous (one
+// 16-byte load in the staging; docs/performance.md §3.3w):
 //
 //   - NVFP4 (4 k-steps, one 32-bit word each): byte i of word j holds code P_i with its three
 //     magnitude bits at bits 1–3 and its sign at bit 7, and code Q_i with the magnitude at
-//     bits 4–6 and the sign at bit 0, where P = (g+8, 2q), (g, 2q), (g+8, 2q+1), (g, 2q+1) (FP8's
+//     bits 4–6 and the sign at bit 0, where P = (g+8, 4q), (g, 4q), (g+8, 4q+1), (g, 4q+1) (FP8's
 //     order: row g's in bytes 1 and 3, so that masks alone give its f16 pair) and Q the same at
-//     columns 2q+8, 2q+9; then, at 512 + 8g', the E4M3 block scales of rows g' and
+//     columns 4q+2, 4q+3; then, at 512 + 8g', the E4M3 block scales of rows g' and
 //     g'+8 of the chunk's four 16-column groups, (g', g'+8) per group;
-//   - FP8 (2 k-steps, two words each): word 2j the bytes (g+8, 2q), (g, 2q), (g+8, 2q+1),
-//     (g, 2q+1); word 2j+1 the same at columns 2q+8, 2q+9.
+//   - FP8 (2 k-steps, two words each): word 2j the bytes (g+8, 4q), (g, 4q), (g+8, 4q+1),
+//     (g, 4q+1); word 2j+1 the same at columns 4q+2, 4q+3.
 //
 // Rows ≥ N, columns ≥ K and groups past K are zero. The copy holds the same codes and scales;
 // it is BLMXCopyBytes long, never more than g.TotalBytes for the geometries it accepts.
@@ -186,19 +190,19 @@ func blmxBlock(g blm.Geometry, r blm.Rows, n int64, dst []byte, nch, ks, cb int6
 			gg, q := lane>>2, lane&3
 			lw := ch[lane*16 : lane*16+16]
 			for j := int64(0); j < ks; j++ {
-				cb0 := 16*(ks*c+j) + 2*q
+				cb0 := 16*(ks*c+j) + 4*q
 				if nvfp4 {
 					var w [4]byte
 					for i := int64(0); i < 4; i++ {
 						row := gg + 8*(1-i&1)
-						p, qq := code(row, cb0+(i>>1)), code(row, cb0+8+(i>>1))
+						p, qq := code(row, cb0+(i>>1)), code(row, cb0+2+(i>>1))
 						w[i] = (p&7)<<1 | (p&8)<<4 | (qq&7)<<4 | qq>>3
 					}
 					copy(lw[4*j:], w[:])
 					continue
 				}
 				for h := int64(0); h < 2; h++ {
-					col := cb0 + 8*h
+					col := cb0 + 2*h
 					o := lw[8*j+4*h:]
 					o[0], o[1], o[2], o[3] = code(gg+8, col), code(gg, col), code(gg+8, col+1), code(gg, col+1)
 				}

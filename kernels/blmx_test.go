@@ -68,25 +68,25 @@ func TestBLMXCopyLayout(t *testing.T) {
 				for lane := int64(0); lane < 32; lane++ {
 					gg, q := lane/4, lane%4
 					for j := int64(0); j < ks; j++ {
-						col := 16*(ks*ch+j) + 2*q
+						col := 16*(ks*ch+j) + 4*q
 						var got, want [8]byte
 						for i := 0; i < 4; i++ {
 							if c.f == formats.NVFP4 {
-								// Byte i: (g+8, 2q), (g, 2q), (g+8, 2q+1), (g, 2q+1) — P_i with its
-								// magnitude at bits 1–3 and sign at bit 7; Q_i at +8, bits 4–6 and 0.
+								// Byte i: (g+8, 4q), (g, 4q), (g+8, 4q+1), (g, 4q+1) — P_i with its
+								// magnitude at bits 1–3 and sign at bit 7; Q_i at +2, bits 4–6 and 0.
 								rr := 16*b + gg + 8*int64(1-i%2)
 								v := cp[base+lane*16+4*j+int64(i)]
 								got[i] = (v>>1)&7 | (v>>4)&8
 								got[4+i] = (v>>4)&7 | (v&1)<<3
 								want[i] = code(rr, col+int64(i/2))
-								want[4+i] = code(rr, col+8+int64(i/2))
+								want[4+i] = code(rr, col+2+int64(i/2))
 							} else {
-								// Word 2j: (g+8, 2q), (g, 2q), (g+8, 2q+1), (g, 2q+1); word 2j+1 at +8.
+								// Word 2j: (g+8, 4q), (g, 4q), (g+8, 4q+1), (g, 4q+1); word 2j+1 at +2.
 								rr := 16*b + gg + 8*int64(1-i%2)
 								got[i] = cp[base+lane*16+8*j+int64(i)]
 								got[4+i] = cp[base+lane*16+8*j+4+int64(i)]
 								want[i] = code(rr, col+int64(i/2))
-								want[4+i] = code(rr, col+8+int64(i/2))
+								want[4+i] = code(rr, col+2+int64(i/2))
 							}
 						}
 						if got != want {

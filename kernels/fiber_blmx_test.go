@@ -140,6 +140,59 @@ func TestFiberBLMX(t *testing.T) {
 	}
 }
 
+// TestFiberBLMXStrides: the staging's loads of x rows that are not 16-byte aligned (LdX not a
+// multiple of 4: every row but the first, so the launch takes its scalar loads) and of a k-step
+// that K ends inside (K not a multiple of 4 with aligned rows: 16-byte loads, then the scalar
+// ones for the entry across K), against the CPU backend; the gaps between the rows hold NaN,
+// which a load past a row's K would carry into the outputs. The other tests' x rows are
+// aligned and K a multiple of 4 (16-byte loads only).
+func TestFiberBLMXStrides(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, c := range []struct {
+		f      formats.Format
+		n, k   int64
+		ld, cl int
+	}{
+		{formats.FP8, 40, 1001, 1001, 1}, // rows 1, 2 start 4 and 8 bytes past 16-byte alignment
+		{formats.FP8, 40, 1001, 1004, 2}, // aligned rows, K ends inside a k-step's third column
+		{formats.NVFP4, 24, 1792, 1793, 2},
+	} {
+		t.Run(fmt.Sprintf("%s_K%d_ld%d", c.f, c.k, c.ld), func(t *testing.T) {
+			bc := newBLMCase(t, r, c.f, c.n, c.k, 0, false)
+			m, err := bc.ref.All()
+			if err != nil {
+				t.Fatal(err)
+			}
+			const rows = 3
+			k, n := int(c.k), int(c.n)
+			x := randVec(r, rows*k, 1)
+			want := make([]float32, rows*n)
+			if err := m.Mul(want, x, rows); err != nil {
+				t.Fatal(err)
+			}
+			xs := make([]float32, rows*c.ld)
+			for i := range xs {
+				xs[i] = float32(math.NaN())
+			}
+			for tk := range rows {
+				copy(xs[tk*c.ld:], x[tk*k:(tk+1)*k])
+			}
+			p, err := NewBLMXParams(bc.g, rows, EpiStore, BLMXDevice{SMs: 4, MaxCluster: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !p.TrySplit(c.cl, 2) {
+				t.Fatalf("no split in clusters of %d", c.cl)
+			}
+			p.LdX = uint32(c.ld)
+			for _, pp := range pushVariants(t, p) {
+				got := blmxRun(t, pp, bc, xs, rows, n, nil)
+				checkBLMX(t, fmt.Sprintf("LdX %d, Push %d", c.ld, pp.Push), got, want, blmxBound(bc, x, rows))
+			}
+		})
+	}
+}
+
 // pushVariants returns p (split by TrySplit) and, for a cluster that pushes its partial sums
 // (Push 1), p with Push 0: the kernel's two ways of adding the ranks' sums.
 func pushVariants(t *testing.T, p BLMXParams) []BLMXParams {

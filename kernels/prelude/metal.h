@@ -150,8 +150,8 @@ static inline void blm_cp_wait() {}
 #else
 #define TG_DYN_ARRAY(T, name, n) TG_ARRAY(T, name, n)
 #endif
-// BLMX_ALIGNED8: the pointer is 8-byte aligned (the MMA-layout kernels' float2 activation loads).
-#define BLMX_ALIGNED8(ptr) ((reinterpret_cast<unsigned long>(ptr) & 7ul) == 0ul)
+// BLMX_ALIGNED16: the pointer is 16-byte aligned (the MMA-layout kernels' float4 activation loads).
+#define BLMX_ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
 // BLM_ALIGNED16: the pointer is 16-byte aligned (the fiber runtime compiles this as C++).
 #define BLM_ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
 #else
