@@ -286,7 +286,11 @@ func (d BLMXDevice) Groups(c int) (int, bool) {
 // (2), the kernel's; Blocks = ⌈N/16⌉, Chunks = BLMXChunks. The work split (NewBLMXParams):
 // Groups clusters of Cl threadgroups (K in Cl parts of PartChunks chunks, the last one
 // shorter), cluster g over blocks [g·Blocks/Groups, (g+1)·Blocks/Groups); Slots partial-sum
-// slots per simdgroup in threadgroup memory. Rows ≤ 16 in tiles of 8 (grid y).
+// slots per simdgroup in threadgroup memory. Rows ≤ 16 in tiles of 8 (grid y). The staging
+// loads each lane's four activations of a k-step with one 16-byte load where x (and, with
+// Norm, the norm's weights) is 16-byte aligned and LdX a multiple of 4; otherwise (K not a
+// multiple of 4 with LdX = K, an offset x) with four scalar loads — the same products, a slower
+// staging (docs/performance.md §3.3w).
 type BLMXParams struct {
 	DoneWord   uint32
 	Rows       uint32

@@ -154,6 +154,7 @@ func TestFiberBLMXStrides(t *testing.T) {
 		ld, cl int
 	}{
 		{formats.FP8, 40, 1001, 1001, 1}, // rows 1, 2 start 4 and 8 bytes past 16-byte alignment
+		{formats.FP8, 40, 1000, 1002, 1}, // 8-byte aligned rows (LdX even), not 16: still scalar loads
 		{formats.FP8, 40, 1001, 1004, 2}, // aligned rows, K ends inside a k-step's third column
 		{formats.NVFP4, 24, 1792, 1793, 2},
 	} {

@@ -851,8 +851,8 @@ func (s *Session) buildRound() (*program, error) {
 // (kernels.ConvParams.Layers, kernels.GDNParams.Layers: each layer's buffers a fixed stride
 // apart, allocLayers), where one pair of launches per layer paid a launch's fixed cost 2 × 48
 // times a round on the 27B (docs/performance.md §3.3v); a launch pair per layer only when the
-// layers' in_proj_zqkv keeps the conv's columns at different offsets (not the packer's
-// bundles).
+// layers' in_proj_zqkv keep the conv's columns at different offsets (not the packer's
+// bundles) or the layered records fail their checks (their 32-bit offsets).
 func (s *Session) emitCommitReplay(e *emitter) {
 	sp, c, w := s.spec, &s.t.Cfg, s.words
 	n := sp.block + 1
@@ -868,12 +868,8 @@ func (s *Session) emitCommitReplay(e *emitter) {
 		return
 	}
 	cd, kd := c.ConvDim(), c.KHeads*c.KDim
-	one := true
-	for _, l := range gdn {
-		one = one && l.qkvOff == gdn[0].qkvOff && l.zqkv.Geometry.N == gdn[0].zqkv.Geometry.N
-	}
-	// emit adds the launches of layers layers from l on (1: l alone).
-	emit := func(l *layerPlan, layers int) {
+	// records returns the launches' records for layers layers from l on (1: l alone).
+	records := func(l *layerPlan, layers int) (kernels.ConvParams, kernels.GDNParams) {
 		nz := int(l.zqkv.Geometry.N)
 		cv := kernels.ConvParams{DoneWord: nw, Rows: uint32(n), RowsWord: s.auxCommitRows, Channels: uint32(cd), KernelSize: uint32(c.ConvKernel),
 			Slot: 0, SlotWord: w.Step, SlotXor: 1, WriteOut: 0, LdX: uint32(nz), LdY: uint32(cd)}
@@ -883,13 +879,11 @@ func (s *Session) emitCommitReplay(e *emitter) {
 		if layers > 1 {
 			cv.Layers, cv.LayerX, cv.LayerState = uint32(layers), layerFloats(sp.kZqkv), layerFloats(s.convState)
 			gd.Layers, gd.LayerQKV, gd.LayerGate, gd.LayerState = uint32(layers), layerFloats(sp.kConv), layerFloats(sp.kBeta), layerFloats(s.gdnState)
-			if layerFloats(sp.kG) != gd.LayerGate {
-				if b.err == nil {
-					b.err = fmt.Errorf("%s: program %s: %s: β and g kept %d and %d floats apart per layer, want one stride", b.pfx, b.p.name, b.what, gd.LayerGate, layerFloats(sp.kG))
-				}
-				return
-			}
 		}
+		return cv, gd
+	}
+	// emit adds the launches of records cv, gd from layer l's buffers on.
+	emit := func(l *layerPlan, cv kernels.ConvParams, gd kernels.GDNParams) {
 		// No in_proj_ab (ABOut 0): its buffers may be any; no outputs (WriteOut 0): the
 		// taps are not read.
 		b.add("lithos_conv", cv, cv.Grid(), f32at(sp.kZqkv[l.idx], l.qkvOff), l.conv, s.convState[l.idx].Ptr, s.conv.Ptr,
@@ -898,14 +892,22 @@ func (s *Session) emitCommitReplay(e *emitter) {
 		b.add("lithos_gdn", gd, gd.Grid(), kc.Ptr, f32at(kc, kd), f32at(kc, 2*kd), sp.kBeta[l.idx].Ptr, sp.kG[l.idx].Ptr, s.gdnState[l.idx].Ptr, s.o.Ptr,
 			kc.Ptr, kc.Ptr, kc.Ptr, kc.Ptr) // Gates 0: ga, gb, neg_a, dt_bias unread
 	}
-	if one && gdn[0].idx == 0 {
+	// One launch pair for all layers where their in_proj_zqkv keep the conv's columns at one
+	// offset, β and g one stride apart (allocLayers gives both the same size) and the records
+	// pass their checks (a state past 32-bit offsets would not); else a pair per layer.
+	one := layerFloats(sp.kG) == layerFloats(sp.kBeta)
+	for _, l := range gdn {
+		one = one && l.qkvOff == gdn[0].qkvOff
+	}
+	if cv, gd := records(gdn[0], len(gdn)); one && cv.Validate() == nil && gd.Validate() == nil {
 		e.what("GDN commit replay, %d layers", len(gdn))
-		emit(gdn[0], len(gdn))
+		emit(gdn[0], cv, gd)
 		return
 	}
 	for _, l := range gdn {
 		e.what("layer %d commit replay", l.idx)
-		emit(l, 1)
+		cv, gd := records(l, 1)
+		emit(l, cv, gd)
 	}
 }
 

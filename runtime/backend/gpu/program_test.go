@@ -129,20 +129,22 @@ func (d *allocDevice) Alloc(n int64) (*Buffer, error) {
 	return &Buffer{Ptr: d.next, Size: n, Owner: &d.o}, nil
 }
 
-// fillQueue records Fill32 calls.
+// fillQueue records Fill32 calls, failing them with err when set.
 type fillQueue struct {
 	fakeQueue
 	fills []int64 // the words of each fill
+	err   error
 }
 
 func (q *fillQueue) Fill32(b *Buffer, off, words int64, v uint32) error {
 	q.fills = append(q.fills, words)
-	return nil
+	return q.err
 }
 
 // TestAllocLayers: the per-layer views of one allocation, layerStride (256-byte multiple) apart,
 // each the asked size; the zero fill covers the whole allocation once; layerFloats gives the
-// stride in floats (0 for one layer); Close frees the allocation, never a view.
+// stride in floats (0 for one layer); errors name what failed, and an allocation whose fill
+// failed is still freed; Session.Close frees the allocations, never a view.
 func TestAllocLayers(t *testing.T) {
 	d := &allocDevice{}
 	q := &fillQueue{}
@@ -152,7 +154,7 @@ func TestAllocLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(v) != 3 || len(s.layered) != 1 || s.layered[0].Size != 3*1024 {
-		t.Fatalf("%d views, %d allocations (size %d), want 3 views of one of 3072 bytes", len(v), len(s.layered), s.layered[0].Size)
+		t.Fatalf("%d views, %d allocations (%v), want 3 views of one of 3072 bytes", len(v), len(s.layered), s.layered)
 	}
 	for i, b := range v {
 		if b.Ptr != s.layered[0].Ptr+uint64(i)*1024 || b.Size != 1000 || b.Owner != nil {
@@ -172,17 +174,21 @@ func TestAllocLayers(t *testing.T) {
 	if none, err := s.allocLayers(0, 64, true); none != nil || err != nil || len(s.layered) != 2 {
 		t.Fatalf("no layers: %v, %v, %d allocations", none, err, len(s.layered))
 	}
+	q.err = errors.New("fill failed")
+	if _, err := s.allocLayers(2, 64, true); err == nil || !strings.Contains(err.Error(), "zero 2 layers' regions of 64 bytes: fill failed") {
+		t.Fatalf("failed fill: %v", err)
+	}
 	d.fail = true
-	if _, err := s.allocLayers(2, 64, true); err == nil {
-		t.Fatal("a failed allocation was not reported")
+	if _, err := s.allocLayers(2, 64, true); err == nil || !strings.Contains(err.Error(), "2 layers' regions of 64 bytes: out of memory") {
+		t.Fatalf("failed allocation: %v", err)
 	}
-	if layerStride(1) != 256 || layerStride(256) != 256 || layerStride(257) != 512 {
-		t.Fatalf("layerStride 1, 256, 257 = %d, %d, %d", layerStride(1), layerStride(256), layerStride(257))
+	if layerStride(0) != 256 || layerStride(1) != 256 || layerStride(256) != 256 || layerStride(257) != 512 {
+		t.Fatalf("layerStride 0, 1, 256, 257 = %d, %d, %d, %d", layerStride(0), layerStride(1), layerStride(256), layerStride(257))
 	}
-	for _, b := range s.layered {
-		b.Free()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
-	if d.o.buffers != 2 {
-		t.Fatalf("%d frees, want the 2 allocations", d.o.buffers)
+	if d.o.buffers != 3 || len(s.layered) != 3 {
+		t.Fatalf("Close: %d frees of %d allocations, want 3 (the fill's failed one included)", d.o.buffers, len(s.layered))
 	}
 }

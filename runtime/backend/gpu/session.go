@@ -112,8 +112,8 @@ func (sp *specState) buffers() []*Buffer {
 }
 
 // layerStride is the bytes between the layers' regions of n bytes in one allocation
-// (allocLayers): n rounded up to 256, the alignment of an allocation of its own.
-func layerStride(n int64) int64 { return (n + 255) &^ 255 }
+// (allocLayers): n rounded up to 256, the alignment of an allocation of its own (256 for n ≤ 0).
+func layerStride(n int64) int64 { return (max(n, 1) + 255) &^ 255 }
 
 // allocLayers allocates count regions of n bytes as one buffer, layerStride(n) bytes apart,
 // and returns views of them (nil when count is 0), zero-filled when zero is set; the allocation
@@ -124,21 +124,21 @@ func (s *Session) allocLayers(count int, n int64, zero bool) ([]*Buffer, error) 
 	if count == 0 {
 		return nil, nil
 	}
-	st := layerStride(max(n, 16))
+	st := layerStride(n)
 	b, err := s.d.Alloc(int64(count) * st)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%d layers' regions of %d bytes: %w", count, n, err)
 	}
 	s.layered = append(s.layered, b)
 	if zero {
 		if err := s.s.Fill32(b, 0, b.Size/4, 0); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("zero %d layers' regions of %d bytes: %w", count, n, err)
 		}
 	}
 	views := make([]*Buffer, count)
 	for i := range views {
 		if views[i], err = b.Slice(int64(i)*st, n); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("layer %d's region: %w", i, err)
 		}
 	}
 	return views, nil
@@ -248,7 +248,8 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	// Per GDN layer with a drafter, the verify's records the commit replay reads (floats): the
 	// in_proj_zqkv rows, the conv output, β and g.
 	keep := []int{R * (vd + cd), R * cd, R * c.VHeads, R * c.VHeads}
-	// With a drafter: its state and scratch (floats), and per GDN layer the verify's records.
+	// With a drafter: its state and scratch (floats); the records per GDN layer are keep's
+	// (allocLayers).
 	var specSizes []struct {
 		dst **Buffer
 		n   int
@@ -326,10 +327,10 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	// The GDN layers' states, each kind in one allocation (allocLayers), so that the round's
 	// commit replay runs every layer in one launch.
 	if s.gdnState, err = s.allocLayers(ng, gdnBytes, true); err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("%s: session: GDN recurrent states: %w", s.pfx, err))
 	}
 	if s.convState, err = s.allocLayers(ng, convBytes, true); err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("%s: session: GDN conv states: %w", s.pfx, err))
 	}
 	for range na {
 		for _, dst := range []*[]*Buffer{&s.kc, &s.vc} {
@@ -355,7 +356,7 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 		}
 		for k, dst := range []*[]*Buffer{&sp.kZqkv, &sp.kConv, &sp.kBeta, &sp.kG} {
 			if *dst, err = s.allocLayers(ng, 4*int64(keep[k]), false); err != nil {
-				return fail(err)
+				return fail(fmt.Errorf("%s: session: the verify's kept records for the commit replay: %w", s.pfx, err))
 			}
 		}
 		mask := make([]byte, 4*max(sp.block-1, 1))
