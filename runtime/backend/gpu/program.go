@@ -845,7 +845,7 @@ func (s *Session) buildRound() (*program, error) {
 	return p, nil
 }
 
-// emitCommitReplay adds the round's GDN commit replay (docs/speculative.md §1): every GDN
+// emitCommitReplay adds the round's GDN commit replay (docs/speculative.md §2): every GDN
 // layer's conv state and recurrent state advanced by the CommitRows committed rows from the
 // records the verify kept. All layers in one conv launch and one delta-rule launch
 // (kernels.ConvParams.Layers, kernels.GDNParams.Layers: each layer's buffers a fixed stride
