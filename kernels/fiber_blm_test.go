@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -52,6 +53,59 @@ func mmaFiberExe(t testing.TB) string {
 		t.Fatalf("build the tensor-core fiber variant: %v", mmaFiber.err)
 	}
 	return mmaFiber.exe
+}
+
+var (
+	mmaDefMu   sync.Mutex
+	mmaDefExes = map[string]*fiberProgram{}
+)
+
+// mmaFiberExeDefines returns the fiber executable of the tensor-core variant with the
+// compile-time constants of Overridable set by defines ("NAME VALUE" lines, e.g. "BLMX_RX 0u"),
+// built once per defines in the main fiber build's directory: the constants' other values,
+// which the default build does not reach, under the same tests.
+func mmaFiberExeDefines(t testing.TB, defines ...string) string {
+	t.Helper()
+	generatedFiber(t)
+	key := strings.Join(defines, "\n")
+	mmaDefMu.Lock()
+	defer mmaDefMu.Unlock()
+	if fp, ok := mmaDefExes[key]; ok {
+		if fp.err != nil {
+			t.Fatalf("build the tensor-core fiber variant with %q: %v", key, fp.err)
+		}
+		return fp.exe
+	}
+	fp := &fiberProgram{}
+	mmaDefExes[key] = fp
+	dir, err := os.MkdirTemp(fiberDir, "mma-defines-")
+	if err != nil {
+		fp.err = err
+		t.Fatal(err)
+	}
+	var pre strings.Builder
+	pre.WriteString("#define LITHOS_BLM_MMA 1\n")
+	for _, d := range defines {
+		name, _, _ := strings.Cut(d, " ")
+		if !slices.Contains(Overridable, name) {
+			t.Fatalf("define %q: %s is not in Overridable", d, name)
+		}
+		pre.WriteString("#define " + d + "\n")
+	}
+	calls := map[string]string{}
+	var order []string
+	for _, k := range Kernels() {
+		if k.Op != "blmx" {
+			continue
+		}
+		calls[k.Name] = fiberCall(k)
+		order = append(order, k.Name)
+	}
+	fp.exe, fp.err = buildFiber(t, dir, "lithos_mma_defines", pre.String()+Source(Metal), calls, order)
+	if fp.err != nil {
+		t.Fatalf("build the tensor-core fiber variant with %q: %v", key, fp.err)
+	}
+	return fp.exe
 }
 
 // runBLM runs one BLM launch with record p on exe and returns y (rows × outN, poisoned before).

@@ -30,6 +30,13 @@ func blmxRun(t *testing.T, p BLMXParams, c blmCase, x []float32, rows, outN int,
 // record without Norm does not read).
 func blmxRunNorm(t *testing.T, p BLMXParams, c blmCase, x []float32, rows, outN int, y0, nw []float32) []float32 {
 	t.Helper()
+	return blmxRunExe(t, mmaFiberExe(t), p, c, x, rows, outN, y0, nw)
+}
+
+// blmxRunExe is blmxRunNorm on the fiber executable exe (a build with other compile-time
+// constants: mmaFiberExeDefines).
+func blmxRunExe(t *testing.T, exe string, p BLMXParams, c blmCase, x []float32, rows, outN int, y0, nw []float32) []float32 {
+	t.Helper()
 	if nw == nil {
 		nw = c.scales
 	}
@@ -52,7 +59,7 @@ func blmxRunNorm(t *testing.T, p BLMXParams, c blmCase, x []float32, rows, outN 
 		y = j.poison(rows * outN)
 	}
 	j.launchCluster(t, kern, p.Grid(), p.ClusterDims()[0], j.buf(zeroCtl), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(x), y, j.f32(nw))
-	r, err := j.runSchedules(t, mmaFiberExe(t))
+	r, err := j.runSchedules(t, exe)
 	if err != nil {
 		t.Fatalf("fiber run: %v", err)
 	}
@@ -500,6 +507,91 @@ func TestFiberBLMXNorm(t *testing.T) {
 							if math.Float32bits(one[i]) != math.Float32bits(got[tt*n+i]) {
 								t.Fatalf("Push %d, token %d: y[%d] = %g in %d rows, %g alone", push, tt, i, got[tt*n+i], rows, one[i])
 							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestFiberBLMXStagingInRegisters: the staging's entries kept in registers until the split
+// (BLMX_RX of them per thread) and those passed through threadgroup memory as float32 give the
+// same staged pieces, so the same outputs bit for bit: the default build (every entry of these
+// shapes in registers), BLMX_RX 0 (none) and 5 (the first five, fewer than a loading step, the
+// rest through memory), each against the CPU backend — with and without Norm (whose Σx² is
+// gathered in the same entry order either way), with the rotation of several clusters, and
+// with rows that end inside a tile.
+func TestFiberBLMXStagingInRegisters(t *testing.T) {
+	r := rand.New(rand.NewPCG(71, 72))
+	exes := []struct {
+		name, exe string
+	}{
+		{"default", mmaFiberExe(t)},
+		{"BLMX_RX 0", mmaFiberExeDefines(t, "BLMX_RX 0u")},
+		{"BLMX_RX 5", mmaFiberExeDefines(t, "BLMX_RX 5u")},
+	}
+	const eps = 1e-6
+	for _, sh := range []struct {
+		f          formats.Format
+		n, k       int64
+		lanes      int
+		cl, groups int
+		norm       bool
+	}{
+		{formats.NVFP4, 40, 1808, 32, 1, 3, false}, // 8 entries per thread, rotated by cluster
+		{formats.NVFP4, 40, 1808, 32, 2, 1, true},
+		{formats.FP8, 33, 2000, 0, 1, 2, false}, // 8 entries per thread, K inside a k-step
+		{formats.FP8, 33, 1000, 0, 1, 1, true},
+	} {
+		c := newBLMCase(t, r, sh.f, sh.n, sh.k, sh.lanes, false)
+		k, n := int(c.g.K), int(c.g.N)
+		m, err := c.ref.All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nw := model.OnePlus(randVec(r, k, 0.5))
+		for _, rows := range []int{3, 8} {
+			t.Run(fmt.Sprintf("%s_%dx%d_cl%d_groups%d_norm%v_rows%d", sh.f, n, k, sh.cl, sh.groups, sh.norm, rows), func(t *testing.T) {
+				x := randVec(r, rows*k, 3)
+				xin := x
+				if sh.norm {
+					xin = make([]float32, len(x))
+					model.RMSNorm(xin, x, nw, rows, eps)
+				}
+				want := make([]float32, rows*n)
+				if err := m.Mul(want, xin, rows); err != nil {
+					t.Fatal(err)
+				}
+				bound := blmxBound(c, xin, rows)
+				if sh.norm { // the fold's roundings, as TestFiberBLMXNorm
+					h := float64(k + 64)
+					gam := h * 0x1p-24 / (1 - h*0x1p-24)
+					for i := range bound {
+						bound[i] += bound[i] / (2 * gam) * (gam/2 + 0x1p-22)
+					}
+				}
+				p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 4, MaxCluster: 1})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !p.TrySplit(sh.cl, sh.groups) {
+					t.Fatalf("no split in %d clusters of %d", sh.groups, sh.cl)
+				}
+				if sh.norm {
+					p.Norm, p.Eps = 1, eps
+				}
+				var first []float32
+				for _, e := range exes {
+					got := blmxRunExe(t, e.exe, p, c, x, rows, n, nil, nw)
+					checkBLMX(t, e.name, got, want, bound)
+					if first == nil {
+						first = got
+						continue
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(first[i]) {
+							t.Fatalf("%s: y[%d] = %g, the default build's %g", e.name, i, got[i], first[i])
 						}
 					}
 				}

@@ -199,6 +199,11 @@ func Source(t Target) string {
 	// threads); overridable (Overridable) for A/B runs: the host does not depend on it
 	// (docs/performance.md §3.3u: 12 and 16 were slower).
 	fmt.Fprintf(&b, "#ifndef BLMX_SX\n#define BLMX_SX %du\n#endif\n", 4096/BLMXThreads)
+	// BLMX_RX: the activation entries per thread that ops/blmx.kern keeps in registers until
+	// they are split (12 at 512 threads: every 27B part but down's; 0 stages all through
+	// threadgroup memory); overridable for A/B runs, the host does not depend on it
+	// (docs/performance.md §3.3x).
+	fmt.Fprintf(&b, "#ifndef BLMX_RX\n#define BLMX_RX %du\n#endif\n", 6144/BLMXThreads)
 	b.WriteString(mustRead("ops/common.kern"))
 	// Parameter records, once per op.
 	seen := map[string]bool{}
@@ -231,7 +236,7 @@ func Source(t Target) string {
 // change for an A/B run (the CUDA backend's LITHOS_CUDA_DEFINES) without the host's knowing:
 // each is defined under #ifndef, and nothing the host computes depends on it. BLM_RING is
 // under #ifndef too but is not here: the host sizes the BLM kernels' threadgroup memory for it.
-var Overridable = []string{"BLMX_SX"}
+var Overridable = []string{"BLMX_SX", "BLMX_RX"}
 
 // entryMarker, as a statement of a kernel body (the generator replaces its first occurrence,
 // comments included, and refuses a body with two), is where the entry

@@ -6,7 +6,7 @@
 # sharers). Output on stdout.
 set -u
 cd "$(dirname "$0")"
-nvcc -O3 -std=c++17 -arch="${ARCH:-sm_90}" -o /tmp/stagebench stagebench.cu || exit 1
+nvcc -O3 -Xptxas -v -std=c++17 -arch="${ARCH:-sm_90}" -o /tmp/stagebench stagebench.cu || exit 1
 for a in "4352 120 4" "4352 1 4" "4352 30 4" "2560 132 2" "2560 1 2" "1280 120 4" "1536 120 4"; do
   /tmp/stagebench $a 20
 done

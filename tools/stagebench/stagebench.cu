@@ -16,6 +16,13 @@
 //   mode 4  bulk copies, each threadgroup its own copy
 //   mode 5  mode 0 with the kernel's rotation: cluster c (threadgroups c·CL … c·CL + CL − 1)
 //           starts at k-step c·KS/clusters, so that the clusters read different lines at once
+//   mode 6  the kernel's whole staging since the 16-byte loads: mode 2's loads and float32
+//           stores, each token's largest |x| (shuffles, one word per simdgroup, a barrier), then
+//           a second pass over threadgroup memory that splits every entry into its two f16
+//           pieces (blmx_split), and a barrier
+//   mode 7  the same result with the values kept in registers (up to RMAX entries per thread):
+//           loads, maxima, barrier, the split from the registers, one store per entry, barrier
+//           — no float32 pass through threadgroup memory
 // Usage: stagebench [P [NTG [CL [REPS]]]] — prints, per mode and SX, the median and largest
 // threadgroup time of one staging (averaged over REPS stagings in a row, after one untimed) and
 // the launch's aggregate rate (NTG · 8 · P · 4 bytes ÷ the median). Build: nvcc -O3
@@ -26,10 +33,32 @@
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 static __device__ __forceinline__ uint64_t gtimer() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
+
+// The split of kernels/ops/blmx.kern (blmx_split) and the prelude's f16 conversions.
+static __device__ __forceinline__ unsigned f16x2(float lo, float hi) {
+    unsigned d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+static __device__ __forceinline__ float f16lo(unsigned h) { return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFFu))); }
+static __device__ __forceinline__ float f16hi(unsigned h) { return __half2float(__ushort_as_half((unsigned short)(h >> 16))); }
+static __device__ __forceinline__ float rem(float v, float h) { return h == v ? 0.0f : (v - h) * 2048.0f; }
+static __device__ __forceinline__ uint4 split(float4 r, float s) {
+    const float v0 = r.x * s, v1 = r.y * s, v2 = r.z * s, v3 = r.w * s;
+    const unsigned h01 = f16x2(v0, v1), h23 = f16x2(v2, v3);
+    return make_uint4(h01, h23, f16x2(rem(v0, f16lo(h01)), rem(v1, f16hi(h01))), f16x2(rem(v2, f16lo(h23)), rem(v3, f16hi(h23))));
+}
+static __device__ __forceinline__ unsigned amax4(float4 v) {
+    return max(max(__float_as_uint(v.x) & 0x7FFFFFFFu, __float_as_uint(v.y) & 0x7FFFFFFFu),
+               max(__float_as_uint(v.z) & 0x7FFFFFFFu, __float_as_uint(v.w) & 0x7FFFFFFFu));
+}
+static __device__ __forceinline__ float sigma(unsigned m) { return __uint_as_float((268u - min(max((m >> 23) & 0xFFu, 16u), 254u)) << 23); }
+#define RMAX 24
 
 static __device__ __forceinline__ void mbar_init(uint64_t* b, unsigned n) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(b)), "r"(n) : "memory");
@@ -51,6 +80,7 @@ __global__ void __launch_bounds__(512, 1) stage(const float* x, unsigned K, unsi
                                                 unsigned long long* t, float* sink) {
     extern __shared__ uint4 sm[];
     __shared__ uint64_t bar;
+    __shared__ unsigned tmax[16 * 8];
     const unsigned tid = threadIdx.x, lane = tid & 31u, g = lane >> 2, q = lane & 3u;
     const unsigned part = blockIdx.x % CL;
     const bool priv = mode == 1 || mode == 4;
@@ -75,6 +105,59 @@ __global__ void __launch_bounds__(512, 1) stage(const float* x, unsigned K, unsi
                 for (unsigned tk = 0; tk < 8u; ++tk) bulk_copy((float*)sm + tk * P, xb + (size_t)tk * K, P * 4u, &bar);
             }
             mbar_wait(&bar, r & 1);
+        } else if (mode == 6 || mode == 7) {
+            const float* xr = xb + (size_t)g * K;
+            unsigned mx = 0u;
+            float4 rv[RMAX];
+            if (mode == 6) {
+                for (unsigned e0 = tid; e0 < NE; e0 += SX * 512u) {
+                    float4 v[SX];
+#pragma unroll
+                    for (int j = 0; j < SX; ++j) {
+                        const unsigned e = e0 + j * 512u;
+                        v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                        if (e < NE) v[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
+                    }
+#pragma unroll
+                    for (int j = 0; j < SX; ++j) {
+                        const unsigned e = e0 + j * 512u;
+                        mx = max(mx, amax4(v[j]));
+                        if (e < NE) sm[e] = make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z), __float_as_uint(v[j].w));
+                    }
+                }
+            } else {
+                // SX entries' loads at a time, every entry kept (NE ≤ RMAX·512, checked by main).
+#pragma unroll
+                for (int j0 = 0; j0 < RMAX; j0 += SX) {
+#pragma unroll
+                    for (int j = j0; j < j0 + SX && j < RMAX; ++j) {
+                        const unsigned e = tid + j * 512u;
+                        rv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                        if (e < NE) rv[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < RMAX; ++j) mx = max(mx, amax4(rv[j]));
+            }
+            mx = max(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+            mx = max(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+            if (q == 0u) tmax[(tid >> 5) * 8u + g] = mx;
+            __syncthreads();
+            unsigned mg = 0u;
+            for (unsigned i = 0; i < 16u; ++i) mg = max(mg, tmax[i * 8u + g]);
+            const float s = sigma(mg);
+            if (mode == 6) {
+                for (unsigned e = tid; e < NE; e += 512u) {
+                    const uint4 u = sm[e];
+                    sm[e] = split(make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w)), s);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < RMAX; ++j) {
+                    const unsigned e = tid + j * 512u;
+                    if (e < NE) sm[e] = split(rv[j], s);
+                }
+            }
         } else {
             const float* xr = xb + (size_t)g * K;
             for (unsigned e0 = tid; e0 < NE; e0 += SX * 512u) {
@@ -117,6 +200,7 @@ int main(int argc, char** argv) {
     const unsigned K = P * CL;
     const size_t smem = 8u * P * 4u;
     if (P % 16 || smem > 227u * 1024u) { fprintf(stderr, "P %u: want a multiple of 16 with 8·P·4 ≤ 227 KiB\n", P); return 2; }
+    const bool regs = P / 16u * 32u <= RMAX * 512u; // mode 7 holds every entry in registers
     float *x, *sink;
     unsigned long long* t;
     CK(cudaMalloc(&x, (size_t)NTG * 8u * K * 4u));
@@ -133,10 +217,11 @@ int main(int argc, char** argv) {
     printf("%s, %d SMs; P %u floats per token (%u KB per threadgroup), %u threadgroups, parts %u, %d stagings timed\n",
            pr.name, pr.multiProcessorCount, P, (unsigned)(smem / 1000), NTG, CL, reps);
     const char* names[] = {"kernel pattern, shared", "kernel pattern, private", "16-byte loads, shared", "bulk copies, shared", "bulk copies, private",
-                           "kernel pattern, rotated"};
-    for (int mode = 0; mode < 6; ++mode) {
+                           "kernel pattern, rotated", "whole staging, 2 passes", "whole staging, registers"};
+    for (int mode = 0; mode < 8; ++mode) {
         for (int sx : {8, 16}) {
             if ((mode == 3 || mode == 4) && sx == 16) continue;
+            if (mode == 7 && !regs) continue;
             std::vector<unsigned long long> ht(NTG);
             for (int it = 0; it < 3; ++it) { // the last of three launches
                 if (sx == 8) stage<8><<<NTG, 512, dyn>>>(x, K, P, CL, mode, reps, t, sink);
