@@ -2,10 +2,14 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"lithos/kernels"
+	"lithos/pack/blm"
+	"lithos/runtime/model"
 )
 
 // TestStepWords: the word indexes found by marshalling match docs/runtime.md §4 (TMax 8).
@@ -190,5 +194,90 @@ func TestAllocLayers(t *testing.T) {
 	}
 	if d.o.buffers != 3 || len(s.layered) != 3 {
 		t.Fatalf("Close: %d frees of %d allocations, want 3 (the fill's failed one included)", d.o.buffers, len(s.layered))
+	}
+}
+
+// replaySession is a Session with just what emitCommitReplay reads: a tiny GDN config, layers
+// GDN layers (every other plan an attention layer, which the replay skips), each kind of
+// per-layer buffer views stride bytes apart (as allocLayers gives them), the layers'
+// in_proj_zqkv conv columns at offs[i].
+func replaySession(layers int, stride uint64, offs []int) *Session {
+	c := model.Config{KHeads: 2, VHeads: 4, KDim: 16, VDim: 16, ConvKernel: 4, RMSEps: 1e-6}
+	views := func(base uint64) []*Buffer {
+		v := make([]*Buffer, layers)
+		for i := range v {
+			v[i] = &Buffer{Ptr: base + uint64(i)*stride, Size: int64(stride)}
+		}
+		return v
+	}
+	s := &Session{t: &Target{Cfg: c}, auxCommitRows: 30,
+		conv: &Buffer{Ptr: 0xA000_0000, Size: 1 << 16}, o: &Buffer{Ptr: 0xB000_0000, Size: 1 << 16},
+		convState: views(0x1000_0000), gdnState: views(0x2000_0000),
+		spec: &specState{block: 7, kZqkv: views(0x3000_0000), kConv: views(0x4000_0000), kBeta: views(0x5000_0000), kG: views(0x6000_0000)}}
+	nz := int64(c.ConvDim() + c.VHeads*c.VDim)
+	for i := range layers {
+		s.plans = append(s.plans, layerPlan{kind: model.Attention, idx: i},
+			layerPlan{kind: model.GDN, idx: i, zqkv: &Matrix{Geometry: blm.Geometry{N: nz}}, qkvOff: offs[i], conv: 0x7000_0000 + uint64(i)<<12})
+	}
+	return s
+}
+
+// TestCommitReplayLaunches: the round's commit replay of the GDN layers is one conv and one
+// delta-rule launch over all of them (grid z the layers, layer 0's buffers) when their
+// in_proj_zqkv keep the conv's columns at one offset, and a launch pair per layer, each with
+// its own layer's buffers, when the offsets differ or the layered records fail their checks
+// (strides past 32-bit offsets).
+func TestCommitReplayLaunches(t *testing.T) {
+	const layers = 3
+	for _, c := range []struct {
+		name    string
+		stride  uint64
+		offs    []int
+		layered bool
+	}{
+		{"one offset", 1 << 16, []int{64, 64, 64}, true},
+		{"offsets differ", 1 << 16, []int{64, 64, 0}, false},
+		{"strides past 32-bit offsets", 1 << 35, []int{64, 64, 64}, false},
+		// 2³² + 2¹⁴ floats: truncated to 32 bits, a stride of 64 KiB that would pass the checks
+		{"a stride of 2³² + 2¹⁴ floats", 1<<34 + 1<<16, []int{64, 64, 64}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := replaySession(layers, c.stride, c.offs)
+			p := &program{name: "round(8 rows)"}
+			e := &emitter{s: s, b: &builder{p: p, pfx: "fake"}}
+			s.emitCommitReplay(e)
+			if e.b.err != nil {
+				t.Fatal(e.b.err)
+			}
+			var got []string
+			for _, l := range p.launches {
+				got = append(got, fmt.Sprintf("%s z%d %s", l.name, l.grid[2], l.what))
+			}
+			var want []string
+			if c.layered {
+				want = []string{"lithos_conv z3 GDN commit replay, 3 layers", "lithos_gdn z3 GDN commit replay, 3 layers"}
+			} else {
+				for i := range layers {
+					want = append(want, fmt.Sprintf("lithos_conv z1 layer %d commit replay", i), fmt.Sprintf("lithos_gdn z1 layer %d commit replay", i))
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("launches\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			// Each pair reads its first layer's buffers: conv x (the kept in_proj_zqkv rows at
+			// the layer's offset), its taps and its conv state; the delta rule q (the kept conv
+			// rows), β, g and the recurrent state.
+			sp := s.spec
+			for j := 0; j < len(p.launches); j += 2 {
+				i := j / 2
+				cv, gd := p.launches[j].bufs, p.launches[j+1].bufs
+				if cv[0] != f32at(sp.kZqkv[i], c.offs[i]) || cv[1] != s.plans[2*i+1].conv || cv[2] != s.convState[i].Ptr {
+					t.Errorf("pair %d: conv x, w, state %#x %#x %#x, want layer %d's", i, cv[0], cv[1], cv[2], i)
+				}
+				if gd[0] != sp.kConv[i].Ptr || gd[3] != sp.kBeta[i].Ptr || gd[4] != sp.kG[i].Ptr || gd[5] != s.gdnState[i].Ptr {
+					t.Errorf("pair %d: delta rule q, β, g, state %#x %#x %#x %#x, want layer %d's", i, gd[0], gd[3], gd[4], gd[5], i)
+				}
+			}
+		})
 	}
 }

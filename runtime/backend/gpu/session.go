@@ -144,13 +144,19 @@ func (s *Session) allocLayers(count int, n int64, zero bool) ([]*Buffer, error) 
 	return views, nil
 }
 
-// layerFloats is the stride in floats between the regions of allocLayers' views v (0 for
-// fewer than two: a launch over one layer has no stride).
+// layerFloats is the stride in floats between the regions of allocLayers' views v: 0 for
+// fewer than two (a launch over one layer has no stride), and 0 for a stride that a record's
+// 32-bit field cannot hold (or not a whole number of floats), which the layered records'
+// Validate refuses (their layers would overlap) instead of a truncated stride that might pass.
 func layerFloats(v []*Buffer) uint32 {
-	if len(v) < 2 {
+	if len(v) < 2 || v[1].Ptr < v[0].Ptr {
 		return 0
 	}
-	return uint32((v[1].Ptr - v[0].Ptr) / 4)
+	d := v[1].Ptr - v[0].Ptr
+	if d%4 != 0 || d/4 > math.MaxUint32 {
+		return 0
+	}
+	return uint32(d / 4)
 }
 
 // confStop32 returns the float32 c with float32 confidences x ≥ c exactly when float64(x) ≥
