@@ -201,7 +201,7 @@ type emulator interface {
 	// call runs the driver entry point name and returns its CUresult.
 	call(name string, args []uintptr) uintptr
 	// compile stands in for Compile.
-	compile(name, src, arch string) (*Compiled, error)
+	compile(name, src, arch string, options []string) (*Compiled, error)
 	// tensorCore reports whether its BLM kernels take the tensor-core path (and so read the
 	// fragment-major layout), as on the GPU.
 	tensorCore() bool

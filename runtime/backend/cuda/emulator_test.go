@@ -345,10 +345,15 @@ func (e *cpuEmulator) call(name string, a []uintptr) uintptr {
 }
 
 // compile stands in for NVRTC: the lithos kernel module is the generated source, which the
-// fiber server already runs; other programs are not emulated.
-func (e *cpuEmulator) compile(name, src, arch string) (*Compiled, error) {
+// fiber server already runs as built; other programs are not emulated, and compile options
+// (LITHOS_CUDA_DEFINES, LITHOS_CUDA_TIMELINE) are refused rather than ignored, so that a run
+// with them does not pass as a test of what they select.
+func (e *cpuEmulator) compile(name, src, arch string, options []string) (*Compiled, error) {
 	if src != kernels.Source(kernels.CUDA) {
 		return nil, fmt.Errorf("cuda emulator: program %s is not the lithos kernel module; only lithos/kernels is emulated", name)
+	}
+	if len(options) > 0 {
+		return nil, fmt.Errorf("cuda emulator: program %s: compile options %q are not applied by the emulator (its kernels are built without them)", name, options)
 	}
 	return &Compiled{Image: append([]byte(emuImage), 0), Key: "emulated"}, nil
 }

@@ -183,7 +183,7 @@ func CacheDir() string {
 // compilation error (the error carries the compiler log, which names the line).
 func Compile(name, src, arch string, options ...string) (*Compiled, error) {
 	if emu != nil {
-		return emu.compile(name, src, arch)
+		return emu.compile(name, src, arch, options)
 	}
 	if err := loadNVRTC(); err != nil {
 		return nil, err
