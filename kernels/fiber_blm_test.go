@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -67,6 +68,15 @@ var (
 func mmaFiberExeDefines(t testing.TB, defines ...string) string {
 	t.Helper()
 	generatedFiber(t)
+	var pre strings.Builder
+	pre.WriteString("#define LITHOS_BLM_MMA 1\n")
+	for _, d := range defines {
+		name, _, _ := strings.Cut(d, " ")
+		if !slices.Contains(Overridable, name) {
+			t.Fatalf("define %q: %s is not in Overridable", d, name)
+		}
+		pre.WriteString("#define " + d + "\n")
+	}
 	key := strings.Join(defines, "\n")
 	mmaDefMu.Lock()
 	defer mmaDefMu.Unlock()
@@ -76,21 +86,14 @@ func mmaFiberExeDefines(t testing.TB, defines ...string) string {
 		}
 		return fp.exe
 	}
-	fp := &fiberProgram{}
+	// Cached before the build, with an error until it succeeds: a build that stops the test
+	// (t.Fatal, t.Skip inside it) leaves no entry that looks built.
+	fp := &fiberProgram{err: errors.New("the build did not finish")}
 	mmaDefExes[key] = fp
 	dir, err := os.MkdirTemp(fiberDir, "mma-defines-")
 	if err != nil {
 		fp.err = err
 		t.Fatal(err)
-	}
-	var pre strings.Builder
-	pre.WriteString("#define LITHOS_BLM_MMA 1\n")
-	for _, d := range defines {
-		name, _, _ := strings.Cut(d, " ")
-		if !slices.Contains(Overridable, name) {
-			t.Fatalf("define %q: %s is not in Overridable", d, name)
-		}
-		pre.WriteString("#define " + d + "\n")
 	}
 	calls := map[string]string{}
 	var order []string

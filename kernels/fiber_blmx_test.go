@@ -519,9 +519,11 @@ func TestFiberBLMXNorm(t *testing.T) {
 // (BLMX_RX of them per thread) and those passed through threadgroup memory as float32 give the
 // same staged pieces, so the same outputs bit for bit: the default build (every entry of these
 // shapes in registers), BLMX_RX 0 (none) and 5 (the first five, fewer than a loading step, the
-// rest through memory), each against the CPU backend — with and without Norm (whose Σx² is
-// gathered in the same entry order either way), with the rotation of several clusters, and
-// with rows that end inside a tile.
+// rest through memory where a thread has more: 6 or 8 here), each against the CPU backend —
+// with and without Norm (whose Σx² must be gathered in the same entry order either way: a
+// thread's register entries, then its memory ones), with the rotation of several clusters,
+// threads with different entry counts (NE not a multiple of 512) and rows that end inside a
+// tile.
 func TestFiberBLMXStagingInRegisters(t *testing.T) {
 	r := rand.New(rand.NewPCG(71, 72))
 	exes := []struct {
@@ -540,9 +542,12 @@ func TestFiberBLMXStagingInRegisters(t *testing.T) {
 		norm       bool
 	}{
 		{formats.NVFP4, 40, 1808, 32, 1, 3, false}, // 8 entries per thread, rotated by cluster
-		{formats.NVFP4, 40, 1808, 32, 2, 1, true},
-		{formats.FP8, 33, 2000, 0, 1, 2, false}, // 8 entries per thread, K inside a k-step
-		{formats.FP8, 33, 1000, 0, 1, 1, true},
+		{formats.NVFP4, 40, 1808, 32, 1, 1, true},  // Norm, 8 entries: BLMX_RX 5 mixed
+		{formats.NVFP4, 40, 1808, 32, 2, 1, true},  // Norm, 4 entries, clusters of 2
+		{formats.FP8, 33, 2000, 0, 1, 2, false},    // 8 entries per thread, K inside a chunk
+		{formats.FP8, 33, 1000, 0, 1, 1, true},     // 4 entries, K inside a k-step
+		{formats.FP8, 33, 1400, 0, 1, 1, true},     // 44 chunks, NE 2816: 6 or 5 entries, Norm
+		{formats.FP8, 33, 1400, 0, 1, 2, false},    // the same, rotated
 	} {
 		c := newBLMCase(t, r, sh.f, sh.n, sh.k, sh.lanes, false)
 		k, n := int(c.g.K), int(c.g.N)

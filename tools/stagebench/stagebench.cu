@@ -20,10 +20,13 @@
 //           stores, each token's largest |x| (shuffles, one word per simdgroup, a barrier), then
 //           a second pass over threadgroup memory that splits every entry into its two f16
 //           pieces (blmx_split), and a barrier
-//   mode 7  the same result with the values kept in registers (up to RMAX entries per thread):
-//           loads, maxima, barrier, the split from the registers, one store per entry, barrier
-//           — no float32 pass through threadgroup memory
-// Usage: stagebench [P [NTG [CL [REPS]]]] — prints, per mode and SX, the median and largest
+//   mode 7  the kernel's staging since BLMX_RX (its own kernel, stage_regs<RX>, so that
+//           -Xptxas -v reports its registers apart): a thread's first RX entries kept in
+//           registers through the maxima's barrier and split from there, one store each; the
+//           rest as mode 6 (float32 through threadgroup memory, split by a second pass over
+//           the thread's own entries); run with RX 12 (the kernel's default) and 17 (all of
+//           down's entries)
+// Usage: stagebench [P [NTG [CL [REPS]]]] — prints, per mode and SX (RX for mode 7), the median and largest
 // threadgroup time of one staging (averaged over REPS stagings in a row, after one untimed) and
 // the launch's aggregate rate (NTG · 8 · P · 4 bytes ÷ the median). Build: nvcc -O3
 // -arch=sm_90 -o stagebench stagebench.cu (run.sh).
@@ -58,7 +61,18 @@ static __device__ __forceinline__ unsigned amax4(float4 v) {
                max(__float_as_uint(v.z) & 0x7FFFFFFFu, __float_as_uint(v.w) & 0x7FFFFFFFu));
 }
 static __device__ __forceinline__ float sigma(unsigned m) { return __uint_as_float((268u - min(max((m >> 23) & 0xFFu, 16u), 254u)) << 23); }
-#define RMAX 24
+
+// token_sigma: the scale of lane g's token from the threads' maxima mx (two shuffles, a word
+// per simdgroup in tmax, a barrier), as the kernel's staging.
+static __device__ __forceinline__ float token_sigma(unsigned mx, unsigned* tmax, unsigned tid, unsigned g, unsigned q) {
+    mx = max(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+    mx = max(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+    if (q == 0u) tmax[(tid >> 5) * 8u + g] = mx;
+    __syncthreads();
+    unsigned mg = 0u;
+    for (unsigned i = 0; i < 16u; ++i) mg = max(mg, tmax[i * 8u + g]);
+    return sigma(mg);
+}
 
 static __device__ __forceinline__ void mbar_init(uint64_t* b, unsigned n) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(b)), "r"(n) : "memory");
@@ -105,58 +119,28 @@ __global__ void __launch_bounds__(512, 1) stage(const float* x, unsigned K, unsi
                 for (unsigned tk = 0; tk < 8u; ++tk) bulk_copy((float*)sm + tk * P, xb + (size_t)tk * K, P * 4u, &bar);
             }
             mbar_wait(&bar, r & 1);
-        } else if (mode == 6 || mode == 7) {
+        } else if (mode == 6) {
             const float* xr = xb + (size_t)g * K;
             unsigned mx = 0u;
-            float4 rv[RMAX];
-            if (mode == 6) {
-                for (unsigned e0 = tid; e0 < NE; e0 += SX * 512u) {
-                    float4 v[SX];
+            for (unsigned e0 = tid; e0 < NE; e0 += SX * 512u) {
+                float4 v[SX];
 #pragma unroll
-                    for (int j = 0; j < SX; ++j) {
-                        const unsigned e = e0 + j * 512u;
-                        v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-                        if (e < NE) v[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
-                    }
-#pragma unroll
-                    for (int j = 0; j < SX; ++j) {
-                        const unsigned e = e0 + j * 512u;
-                        mx = max(mx, amax4(v[j]));
-                        if (e < NE) sm[e] = make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z), __float_as_uint(v[j].w));
-                    }
-                }
-            } else {
-                // SX entries' loads at a time, every entry kept (NE ≤ RMAX·512, checked by main).
-#pragma unroll
-                for (int j0 = 0; j0 < RMAX; j0 += SX) {
-#pragma unroll
-                    for (int j = j0; j < j0 + SX && j < RMAX; ++j) {
-                        const unsigned e = tid + j * 512u;
-                        rv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-                        if (e < NE) rv[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
-                    }
+                for (int j = 0; j < SX; ++j) {
+                    const unsigned e = e0 + j * 512u;
+                    v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (e < NE) v[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
                 }
 #pragma unroll
-                for (int j = 0; j < RMAX; ++j) mx = max(mx, amax4(rv[j]));
+                for (int j = 0; j < SX; ++j) {
+                    const unsigned e = e0 + j * 512u;
+                    mx = max(mx, amax4(v[j]));
+                    if (e < NE) sm[e] = make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z), __float_as_uint(v[j].w));
+                }
             }
-            mx = max(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-            mx = max(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-            if (q == 0u) tmax[(tid >> 5) * 8u + g] = mx;
-            __syncthreads();
-            unsigned mg = 0u;
-            for (unsigned i = 0; i < 16u; ++i) mg = max(mg, tmax[i * 8u + g]);
-            const float s = sigma(mg);
-            if (mode == 6) {
-                for (unsigned e = tid; e < NE; e += 512u) {
-                    const uint4 u = sm[e];
-                    sm[e] = split(make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w)), s);
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < RMAX; ++j) {
-                    const unsigned e = tid + j * 512u;
-                    if (e < NE) sm[e] = split(rv[j], s);
-                }
+            const float s = token_sigma(mx, tmax, tid, g, q);
+            for (unsigned e = tid; e < NE; e += 512u) {
+                const uint4 u = sm[e];
+                sm[e] = split(make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w)), s);
             }
         } else {
             const float* xr = xb + (size_t)g * K;
@@ -192,6 +176,67 @@ __global__ void __launch_bounds__(512, 1) stage(const float* x, unsigned K, unsi
     if (acc == 12345.0f) sink[0] = acc;
 }
 
+// stage_regs: mode 7, the staging with a thread's first RX entries in registers (8 loads in
+// flight per step, as the kernel's BLMX_SX), x shared as in modes 0, 2 and 6.
+template <int RX>
+__global__ void __launch_bounds__(512, 1) stage_regs(const float* x, unsigned K, unsigned P, unsigned CL, int reps,
+                                                     unsigned long long* t, float* sink) {
+    extern __shared__ uint4 sm[];
+    __shared__ unsigned tmax[16 * 8];
+    const unsigned tid = threadIdx.x, lane = tid & 31u, g = lane >> 2, q = lane & 3u;
+    const float* xr = x + (blockIdx.x % CL) * P + (size_t)g * K;
+    const unsigned NE = P / 16u * 32u;
+    float acc = 0.0f;
+    unsigned long long t0 = 0;
+    for (int r = 0; r <= reps; ++r) {
+        if (r == 1) { __syncthreads(); t0 = gtimer(); }
+        unsigned mx = 0u;
+        float4 rv[RX];
+#pragma unroll
+        for (int j0 = 0; j0 < RX; j0 += 8) {
+#pragma unroll
+            for (int j = j0; j < j0 + 8 && j < RX; ++j) {
+                const unsigned e = tid + j * 512u;
+                rv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (e < NE) rv[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
+            }
+#pragma unroll
+            for (int j = j0; j < j0 + 8 && j < RX; ++j) mx = max(mx, amax4(rv[j]));
+        }
+        for (unsigned j0 = RX; j0 * 512u + tid < NE; j0 += 8u) {
+            float4 v[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const unsigned e = (j0 + j) * 512u + tid;
+                v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (e < NE) v[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const unsigned e = (j0 + j) * 512u + tid;
+                mx = max(mx, amax4(v[j]));
+                if (e < NE) sm[e] = make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z), __float_as_uint(v[j].w));
+            }
+        }
+        const float s = token_sigma(mx, tmax, tid, g, q);
+#pragma unroll
+        for (int j = 0; j < RX; ++j) {
+            const unsigned e = tid + j * 512u;
+            if (e < NE) sm[e] = split(rv[j], s);
+        }
+        for (unsigned e = tid + RX * 512u; e < NE; e += 512u) {
+            const uint4 u = sm[e];
+            sm[e] = split(make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w)), s);
+        }
+        __syncthreads();
+        acc += __uint_as_float(sm[(tid * 7u + r) % NE].x); // keep the copies live
+        __syncthreads();
+    }
+    const unsigned long long t1 = gtimer();
+    if (tid == 0) t[blockIdx.x] = t1 - t0;
+    if (acc == 12345.0f) sink[0] = acc;
+}
+
 int main(int argc, char** argv) {
     const unsigned P = argc > 1 ? atoi(argv[1]) : 4352;    // down: 17408 / 4
     const unsigned NTG = argc > 2 ? atoi(argv[2]) : 120;  // 30 clusters of 4
@@ -199,8 +244,7 @@ int main(int argc, char** argv) {
     const int reps = argc > 4 ? atoi(argv[4]) : 20;
     const unsigned K = P * CL;
     const size_t smem = 8u * P * 4u;
-    if (P % 16 || smem > 227u * 1024u) { fprintf(stderr, "P %u: want a multiple of 16 with 8·P·4 ≤ 227 KiB\n", P); return 2; }
-    const bool regs = P / 16u * 32u <= RMAX * 512u; // mode 7 holds every entry in registers
+    if (P % 16 || smem > 226u * 1024u) { fprintf(stderr, "P %u: want a multiple of 16 with 8·P·4 ≤ 226 KiB (1 KiB of static shared memory beside it)\n", P); return 2; }
     float *x, *sink;
     unsigned long long* t;
     CK(cudaMalloc(&x, (size_t)NTG * 8u * K * 4u));
@@ -213,18 +257,23 @@ int main(int argc, char** argv) {
     const size_t dyn = std::max(smem, (size_t)120 * 1024);
     CK(cudaFuncSetAttribute(stage<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
     CK(cudaFuncSetAttribute(stage<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+    CK(cudaFuncSetAttribute(stage_regs<12>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+    CK(cudaFuncSetAttribute(stage_regs<17>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
     int dev; cudaDeviceProp pr; CK(cudaGetDevice(&dev)); CK(cudaGetDeviceProperties(&pr, dev));
     printf("%s, %d SMs; P %u floats per token (%u KB per threadgroup), %u threadgroups, parts %u, %d stagings timed\n",
            pr.name, pr.multiProcessorCount, P, (unsigned)(smem / 1000), NTG, CL, reps);
     const char* names[] = {"kernel pattern, shared", "kernel pattern, private", "16-byte loads, shared", "bulk copies, shared", "bulk copies, private",
-                           "kernel pattern, rotated", "whole staging, 2 passes", "whole staging, registers"};
+                           "kernel pattern, rotated", "whole staging, 2 passes", "whole staging, RX in regs"};
     for (int mode = 0; mode < 8; ++mode) {
-        for (int sx : {8, 16}) {
-            if ((mode == 3 || mode == 4) && sx == 16) continue;
-            if (mode == 7 && !regs) continue;
+        // v: SX (8, 16) for modes 0–6 (0 for the bulk copies), RX (12, 17) for mode 7.
+        for (int v : {8, 16, 12, 17}) {
+            if (mode == 7 ? v != 12 && v != 17 : v != 8 && v != 16) continue;
+            if ((mode == 3 || mode == 4) && v == 16) continue;
             std::vector<unsigned long long> ht(NTG);
             for (int it = 0; it < 3; ++it) { // the last of three launches
-                if (sx == 8) stage<8><<<NTG, 512, dyn>>>(x, K, P, CL, mode, reps, t, sink);
+                if (mode == 7 && v == 12) stage_regs<12><<<NTG, 512, dyn>>>(x, K, P, CL, reps, t, sink);
+                else if (mode == 7) stage_regs<17><<<NTG, 512, dyn>>>(x, K, P, CL, reps, t, sink);
+                else if (v == 8) stage<8><<<NTG, 512, dyn>>>(x, K, P, CL, mode, reps, t, sink);
                 else stage<16><<<NTG, 512, dyn>>>(x, K, P, CL, mode, reps, t, sink);
                 CK(cudaGetLastError());
                 CK(cudaDeviceSynchronize());
@@ -232,8 +281,8 @@ int main(int argc, char** argv) {
             CK(cudaMemcpy(ht.data(), t, NTG * 8, cudaMemcpyDeviceToHost));
             std::sort(ht.begin(), ht.end());
             const double med = ht[NTG / 2] / 1e3 / reps, mx = ht[NTG - 1] / 1e3 / reps;
-            printf("mode %d SX %2d  %-26s median %6.2f µs  max %6.2f µs  %7.0f GB/s aggregate\n", mode, mode == 3 || mode == 4 ? 0 : sx, names[mode], med, mx,
-                   (double)NTG * smem / (med * 1e3));
+            printf("mode %d %s %2d  %-26s median %6.2f µs  max %6.2f µs  %7.0f GB/s aggregate\n", mode, mode == 7 ? "RX" : "SX",
+                   mode == 3 || mode == 4 ? 0 : v, names[mode], med, mx, (double)NTG * smem / (med * 1e3));
         }
     }
     return 0;

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
+	"testing"
 	"unsafe"
 
 	"lithos/kernels"
@@ -356,4 +358,21 @@ func (e *cpuEmulator) compile(name, src, arch string, options []string) (*Compil
 		return nil, fmt.Errorf("cuda emulator: program %s: compile options %q are not applied by the emulator (its kernels are built without them)", name, options)
 	}
 	return &Compiled{Image: append([]byte(emuImage), 0), Key: "emulated"}, nil
+}
+
+// TestEmulatorRefusesOptions: the emulator's stand-in for NVRTC takes the lithos module
+// without options and refuses it with any (a define, the timeline), naming them, instead of
+// running the default kernels as if they had been applied.
+func TestEmulatorRefusesOptions(t *testing.T) {
+	e := &cpuEmulator{}
+	src := kernels.Source(kernels.CUDA)
+	if c, err := e.compile("lithos_kernels.cu", src, "sm_90", nil); err != nil || c == nil {
+		t.Fatalf("no options: %v", err)
+	}
+	for _, opts := range [][]string{{"-DBLMX_RX=0u"}, {"-DBLMX_SX=8", "-DLITHOS_TIMELINE=1"}} {
+		_, err := e.compile("lithos_kernels.cu", src, "sm_90", opts)
+		if err == nil || !strings.Contains(err.Error(), opts[len(opts)-1]) {
+			t.Errorf("options %q: %v, want an error naming them", opts, err)
+		}
+	}
 }

@@ -20,12 +20,12 @@ import (
 // header's count, each record's kernel, threadgroup, launch (its parameter record) and times in
 // order (start ≤ wait ≤ exit; no staging or loop marks outside the MMA-layout kernels).
 func TestTimeline(t *testing.T) {
-	e := newOpEnv(t, 5)
 	if emulatorEnabled() {
 		// The emulator refuses the module's -DLITHOS_TIMELINE (its kernels are built without
 		// compile options) and has no module globals to read the ring from.
 		t.Skip("needs the GPU: the emulator applies no compile options, so no timeline")
 	}
+	e := newOpEnv(t, 5)
 	path := filepath.Join(t.TempDir(), "timeline.bin")
 	t.Setenv(TimelineEnv, path)
 	ks, err := e.d.LoadKernels()

@@ -199,21 +199,25 @@ func TestAllocLayers(t *testing.T) {
 
 // replaySession is a Session with just what emitCommitReplay reads: a tiny GDN config, layers
 // GDN layers (every other plan an attention layer, which the replay skips), each kind of
-// per-layer buffer views stride bytes apart (as allocLayers gives them), the layers'
-// in_proj_zqkv conv columns at offs[i].
-func replaySession(layers int, stride uint64, offs []int) *Session {
+// per-layer buffer views stride bytes apart (as allocLayers gives them; the kept in_proj_zqkv
+// rows zstride apart, 0 for stride), the layers' in_proj_zqkv conv columns at offs[i].
+func replaySession(layers int, stride, zstride uint64, offs []int) *Session {
+	if zstride == 0 {
+		zstride = stride
+	}
 	c := model.Config{KHeads: 2, VHeads: 4, KDim: 16, VDim: 16, ConvKernel: 4, RMSEps: 1e-6}
-	views := func(base uint64) []*Buffer {
+	viewsAt := func(base, stride uint64) []*Buffer {
 		v := make([]*Buffer, layers)
 		for i := range v {
 			v[i] = &Buffer{Ptr: base + uint64(i)*stride, Size: int64(stride)}
 		}
 		return v
 	}
+	views := func(base uint64) []*Buffer { return viewsAt(base, stride) }
 	s := &Session{t: &Target{Cfg: c}, auxCommitRows: 30,
 		conv: &Buffer{Ptr: 0xA000_0000, Size: 1 << 16}, o: &Buffer{Ptr: 0xB000_0000, Size: 1 << 16},
 		convState: views(0x1000_0000), gdnState: views(0x2000_0000),
-		spec: &specState{block: 7, kZqkv: views(0x3000_0000), kConv: views(0x4000_0000), kBeta: views(0x5000_0000), kG: views(0x6000_0000)}}
+		spec: &specState{block: 7, kZqkv: viewsAt(0x3000_0000, zstride), kConv: views(0x4000_0000), kBeta: views(0x5000_0000), kG: views(0x6000_0000)}}
 	nz := int64(c.ConvDim() + c.VHeads*c.VDim)
 	for i := range layers {
 		s.plans = append(s.plans, layerPlan{kind: model.Attention, idx: i},
@@ -230,19 +234,22 @@ func replaySession(layers int, stride uint64, offs []int) *Session {
 func TestCommitReplayLaunches(t *testing.T) {
 	const layers = 3
 	for _, c := range []struct {
-		name    string
-		stride  uint64
-		offs    []int
-		layered bool
+		name            string
+		stride, zstride uint64
+		offs            []int
+		layered         bool
 	}{
-		{"one offset", 1 << 16, []int{64, 64, 64}, true},
-		{"offsets differ", 1 << 16, []int{64, 64, 0}, false},
-		{"strides past 32-bit offsets", 1 << 35, []int{64, 64, 64}, false},
+		{"one offset", 1 << 16, 0, []int{64, 64, 64}, true},
+		{"offsets differ", 1 << 16, 0, []int{64, 64, 0}, false},
+		{"strides past 32-bit offsets", 1 << 35, 0, []int{64, 64, 64}, false},
 		// 2³² + 2¹⁴ floats: truncated to 32 bits, a stride of 64 KiB that would pass the checks
-		{"a stride of 2³² + 2¹⁴ floats", 1<<34 + 1<<16, []int{64, 64, 64}, false},
+		{"a stride of 2³² + 2¹⁴ floats", 1<<34 + 1<<16, 0, []int{64, 64, 64}, false},
+		// only the kept in_proj_zqkv rows' stride past 32 bits: LayerX 0 passes the records'
+		// checks (they refuse a 0 stride for the states only), and would read layer 0's rows
+		{"the zqkv rows' stride past 32 bits", 1 << 16, 1<<34 + 1<<16, []int{64, 64, 64}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := replaySession(layers, c.stride, c.offs)
+			s := replaySession(layers, c.stride, c.zstride, c.offs)
 			p := &program{name: "round(8 rows)"}
 			e := &emitter{s: s, b: &builder{p: p, pfx: "fake"}}
 			s.emitCommitReplay(e)

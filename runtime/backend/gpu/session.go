@@ -146,8 +146,8 @@ func (s *Session) allocLayers(count int, n int64, zero bool) ([]*Buffer, error) 
 
 // layerFloats is the stride in floats between the regions of allocLayers' views v: 0 for
 // fewer than two (a launch over one layer has no stride), and 0 for a stride that a record's
-// 32-bit field cannot hold (or not a whole number of floats), which the layered records'
-// Validate refuses (their layers would overlap) instead of a truncated stride that might pass.
+// 32-bit field cannot hold (or not a whole number of floats) instead of a truncated stride,
+// which emitCommitReplay takes as no layered launch.
 func layerFloats(v []*Buffer) uint32 {
 	if len(v) < 2 || v[1].Ptr < v[0].Ptr {
 		return 0
