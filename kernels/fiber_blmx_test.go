@@ -517,9 +517,10 @@ func TestFiberBLMXNorm(t *testing.T) {
 
 // TestFiberBLMXStagingInRegisters: the staging's entries kept in registers until the split
 // (BLMX_RX of them per thread) and those passed through threadgroup memory as float32 give the
-// same staged pieces, so the same outputs bit for bit: the default build (every entry of these
-// shapes in registers), BLMX_RX 0 (none) and 5 (the first five, fewer than a loading step, the
-// rest through memory where a thread has more: 6 or 8 here), each against the CPU backend —
+// same staged pieces, so the same outputs bit for bit: the default build (BLMX_RX 0: every entry
+// through memory), BLMX_RX 12 (every entry of these shapes in registers) and 5 (the first five,
+// fewer than a loading step, the rest through memory where a thread has more: 6 or 8 here),
+// each against the CPU backend —
 // with and without Norm (whose Σx² must be gathered in the same entry order either way: a
 // thread's register entries, then its memory ones), with the rotation of several clusters,
 // threads with different entry counts (NE not a multiple of 512) and rows that end inside a
@@ -530,7 +531,7 @@ func TestFiberBLMXStagingInRegisters(t *testing.T) {
 		name, exe string
 	}{
 		{"default", mmaFiberExe(t)},
-		{"BLMX_RX 0", mmaFiberExeDefines(t, "BLMX_RX 0u")},
+		{"BLMX_RX 12", mmaFiberExeDefines(t, "BLMX_RX 12u")},
 		{"BLMX_RX 5", mmaFiberExeDefines(t, "BLMX_RX 5u")},
 	}
 	const eps = 1e-6

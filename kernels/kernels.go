@@ -200,10 +200,11 @@ func Source(t Target) string {
 	// (docs/performance.md §3.3u: 12 and 16 were slower).
 	fmt.Fprintf(&b, "#ifndef BLMX_SX\n#define BLMX_SX %du\n#endif\n", 4096/BLMXThreads)
 	// BLMX_RX: the activation entries per thread that ops/blmx.kern keeps in registers until
-	// they are split (12 at 512 threads: every 27B part but down's; 0 stages all through
-	// threadgroup memory); overridable for A/B runs, the host does not depend on it
-	// (docs/performance.md §3.3x).
-	fmt.Fprintf(&b, "#ifndef BLMX_RX\n#define BLMX_RX %du\n#endif\n", 6144/BLMXThreads)
+	// they are split (0: all through threadgroup memory, the staging measured last); 12 holds
+	// every 27B part but down's. Off until measured on the GPU: at the 128-register cap of 512
+	// threads the entries held across the barrier may spill (docs/performance.md §3.3x), so it
+	// is an A/B switch for now — overridable, the host does not depend on it.
+	fmt.Fprintf(&b, "#ifndef BLMX_RX\n#define BLMX_RX %du\n#endif\n", 0)
 	b.WriteString(mustRead("ops/common.kern"))
 	// Parameter records, once per op.
 	seen := map[string]bool{}
