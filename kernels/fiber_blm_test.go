@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,46 +24,22 @@ import (
 // (runtime/backend/cuda TestOpBLM, TestBLMParts).
 
 var (
-	mmaFiberOnce sync.Once
-	mmaFiber     fiberProgram
+	mmaMu   sync.Mutex
+	mmaExes = map[string]*fiberProgram{} // by the defines, one per line
 )
 
 // mmaFiberExe returns the fiber executable of the tensor-core variant (built once, in the
 // directory of the main fiber build, which TestMain removes).
 func mmaFiberExe(t testing.TB) string {
 	t.Helper()
-	generatedFiber(t)
-	mmaFiberOnce.Do(func() {
-		mmaFiberDir := filepath.Join(fiberDir, "mma")
-		if mmaFiber.err = os.Mkdir(mmaFiberDir, 0o755); mmaFiber.err != nil {
-			return
-		}
-		calls := map[string]string{}
-		var order []string
-		for _, k := range Kernels() {
-			if k.Op != "blm" && k.Op != "blmx" {
-				continue
-			}
-			calls[k.Name] = fiberCall(k)
-			order = append(order, k.Name)
-		}
-		mmaFiber.exe, mmaFiber.err = buildFiber(t, mmaFiberDir, "lithos_mma", "#define LITHOS_BLM_MMA 1\n"+Source(Metal), calls, order)
-	})
-	if mmaFiber.err != nil {
-		t.Fatalf("build the tensor-core fiber variant: %v", mmaFiber.err)
-	}
-	return mmaFiber.exe
+	return mmaFiberExeDefines(t)
 }
 
-var (
-	mmaDefMu   sync.Mutex
-	mmaDefExes = map[string]*fiberProgram{}
-)
-
-// mmaFiberExeDefines returns the fiber executable of the tensor-core variant with the
-// compile-time constants of Overridable set by defines ("NAME VALUE" lines, e.g. "BLMX_RX 0u"),
-// built once per defines in the main fiber build's directory: the constants' other values,
-// which the default build does not reach, under the same tests.
+// mmaFiberExeDefines returns the fiber executable of the tensor-core variant (the BLM and
+// MMA-layout kernels) with the compile-time constants of Overridable set by defines ("NAME
+// VALUE", e.g. "BLMX_RX 0u"; none: the default build), built once per defines in the main fiber
+// build's directory: the constants' other values, which the default build does not reach,
+// under the same tests.
 func mmaFiberExeDefines(t testing.TB, defines ...string) string {
 	t.Helper()
 	generatedFiber(t)
@@ -78,19 +53,19 @@ func mmaFiberExeDefines(t testing.TB, defines ...string) string {
 		pre.WriteString("#define " + d + "\n")
 	}
 	key := strings.Join(defines, "\n")
-	mmaDefMu.Lock()
-	defer mmaDefMu.Unlock()
-	if fp, ok := mmaDefExes[key]; ok {
+	mmaMu.Lock()
+	defer mmaMu.Unlock()
+	if fp, ok := mmaExes[key]; ok {
 		if fp.err != nil {
-			t.Fatalf("build the tensor-core fiber variant with %q: %v", key, fp.err)
+			t.Fatalf("build the tensor-core fiber variant %q: %v", key, fp.err)
 		}
 		return fp.exe
 	}
 	// Cached before the build, with an error until it succeeds: a build that stops the test
 	// (t.Fatal, t.Skip inside it) leaves no entry that looks built.
 	fp := &fiberProgram{err: errors.New("the build did not finish")}
-	mmaDefExes[key] = fp
-	dir, err := os.MkdirTemp(fiberDir, "mma-defines-")
+	mmaExes[key] = fp
+	dir, err := os.MkdirTemp(fiberDir, "mma-")
 	if err != nil {
 		fp.err = err
 		t.Fatal(err)
@@ -98,15 +73,15 @@ func mmaFiberExeDefines(t testing.TB, defines ...string) string {
 	calls := map[string]string{}
 	var order []string
 	for _, k := range Kernels() {
-		if k.Op != "blmx" {
+		if k.Op != "blm" && k.Op != "blmx" {
 			continue
 		}
 		calls[k.Name] = fiberCall(k)
 		order = append(order, k.Name)
 	}
-	fp.exe, fp.err = buildFiber(t, dir, "lithos_mma_defines", pre.String()+Source(Metal), calls, order)
+	fp.exe, fp.err = buildFiber(t, dir, "lithos_mma", pre.String()+Source(Metal), calls, order)
 	if fp.err != nil {
-		t.Fatalf("build the tensor-core fiber variant with %q: %v", key, fp.err)
+		t.Fatalf("build the tensor-core fiber variant %q: %v", key, fp.err)
 	}
 	return fp.exe
 }

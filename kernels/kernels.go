@@ -204,7 +204,7 @@ func Source(t Target) string {
 	// every 27B part but down's. Off until measured on the GPU: at the 128-register cap of 512
 	// threads the entries held across the barrier may spill (docs/performance.md §3.3x), so it
 	// is an A/B switch for now — overridable, the host does not depend on it.
-	fmt.Fprintf(&b, "#ifndef BLMX_RX\n#define BLMX_RX %du\n#endif\n", 0)
+	b.WriteString("#ifndef BLMX_RX\n#define BLMX_RX 0u\n#endif\n")
 	b.WriteString(mustRead("ops/common.kern"))
 	// Parameter records, once per op.
 	seen := map[string]bool{}

@@ -345,8 +345,10 @@ func (p ArgmaxParams) Validate() error {
 // (VHeads·VDim), beta and g (VHeads), out (VHeads·VDim, when WriteOut) within 32-bit offsets;
 // out's rows apart; Gates 0 or 1, with Gates ga and gb ([Rows, LdAB], VHeads) within 32-bit
 // offsets and beta's and g's rows apart (they are written); Layers > 1 only with WriteOut 0 and
-// Gates 0, LayerState ≥ the state and every layer's q, k, v, beta, g and state within 32-bit
-// offsets, Layers ≤ 65535 (grid z); with one layer every stride 0.
+// Gates 0, each stride at least its layer's extent (LayerState ≥ the state, LayerQKV ≥ the rows
+// of q, k and v, LayerGate ≥ those of beta and g: no layer reads another's) and every layer's
+// q, k, v, beta, g and state within 32-bit offsets, Layers ≤ 65535 (grid z); with one layer
+// every stride 0.
 func (p GDNParams) Validate() error {
 	c := vcheck{rec: "GDNParams"}
 	c.done(p.DoneWord)
@@ -388,8 +390,17 @@ func (p GDNParams) Validate() error {
 		}
 		c.total("LayerState", l*uint64(p.LayerState)+st, "(Layers−1)·LayerState + the state")
 		qkv := max(spanOf(rows, uint64(p.LdQK), uint64(p.KHeads)*uint64(p.KDim)), spanOf(rows, uint64(p.LdV), vw))
+		gate := spanOf(rows, uint64(p.LdGate), uint64(p.VHeads))
+		// Each layer its own rows: a smaller stride (0 among them) would give layers each
+		// other's inputs.
+		if uint64(p.LayerQKV) < qkv {
+			c.failf("LayerQKV", "is %d < the rows of q, k and v = %d: the layers' inputs would overlap", p.LayerQKV, qkv)
+		}
+		if uint64(p.LayerGate) < gate {
+			c.failf("LayerGate", "is %d < the rows of beta and g = %d: the layers' gates would overlap", p.LayerGate, gate)
+		}
 		c.total("LayerQKV", l*uint64(p.LayerQKV)+qkv, "(Layers−1)·LayerQKV + the rows of q, k and v")
-		c.total("LayerGate", l*uint64(p.LayerGate)+spanOf(rows, uint64(p.LdGate), uint64(p.VHeads)), "(Layers−1)·LayerGate + the rows of beta and g")
+		c.total("LayerGate", l*uint64(p.LayerGate)+gate, "(Layers−1)·LayerGate + the rows of beta and g")
 	} else if p.LayerQKV != 0 || p.LayerGate != 0 || p.LayerState != 0 {
 		c.failf("Layers", "is %d with LayerQKV %d, LayerGate %d, LayerState %d: want every stride 0 with one layer", p.Layers, p.LayerQKV, p.LayerGate, p.LayerState)
 	}
@@ -404,8 +415,9 @@ func (p GDNParams) Validate() error {
 // (ConvParams), without it every Norm field 0; with ABOut the product's: ABIn ≥ 1, ABIn and
 // ABLdX even, its weights, ax and ay within 32-bit offsets, ay's rows apart, ABNorm 0 or 1 (with
 // 1, ABEps in (0, 1)); without it every AB field 0; Layers > 1 only with WriteOut 0,
-// NormGroups 0 and ABOut 0, LayerState ≥ the state and every layer's x and state within
-// 32-bit offsets, Layers ≤ 65535 (grid z); with one layer both strides 0.
+// NormGroups 0 and ABOut 0, LayerState ≥ the state and LayerX ≥ the rows of x (no layer reads
+// another's) and every layer's x and state within 32-bit offsets, Layers ≤ 65535 (grid z);
+// with one layer both strides 0.
 func (p ConvParams) Validate() error {
 	c := vcheck{rec: "ConvParams"}
 	c.done(p.DoneWord)
@@ -475,7 +487,11 @@ func (p ConvParams) Validate() error {
 			c.failf("LayerState", "is %d < the state's 2·(KernelSize−1)·Channels = %d: the layers' states would overlap", p.LayerState, st)
 		}
 		c.total("LayerState", l*uint64(p.LayerState)+st, "(Layers−1)·LayerState + the state")
-		c.total("LayerX", l*uint64(p.LayerX)+spanOf(uint64(p.Rows), uint64(p.LdX), ch), "(Layers−1)·LayerX + the rows of x")
+		xs := spanOf(uint64(p.Rows), uint64(p.LdX), ch)
+		if uint64(p.LayerX) < xs {
+			c.failf("LayerX", "is %d < the rows of x = %d: the layers' inputs would overlap", p.LayerX, xs)
+		}
+		c.total("LayerX", l*uint64(p.LayerX)+xs, "(Layers−1)·LayerX + the rows of x")
 	} else if p.LayerX != 0 || p.LayerState != 0 {
 		c.failf("Layers", "is %d with LayerX %d, LayerState %d: want both strides 0 with one layer", p.Layers, p.LayerX, p.LayerState)
 	}

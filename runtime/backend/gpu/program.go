@@ -893,16 +893,10 @@ func (s *Session) emitCommitReplay(e *emitter) {
 			kc.Ptr, kc.Ptr, kc.Ptr, kc.Ptr) // Gates 0: ga, gb, neg_a, dt_bias unread
 	}
 	// One launch pair for all layers where their in_proj_zqkv keep the conv's columns at one
-	// offset, β and g one stride apart (allocLayers gives both the same size), every stride
-	// known (layerFloats is 0 for one a record cannot hold: a launch over several layers with
-	// a 0 stride would read layer 0's rows for each, and the records' checks refuse that for
-	// the states only) and the records pass their checks (32-bit offsets); else a pair per layer.
+	// offset, β and g one stride apart (allocLayers gives both the same size) and the records
+	// pass their checks (each stride at least a layer's extent — layerFloats is 0 for a stride a
+	// record cannot hold — and 32-bit offsets); else a pair per layer.
 	one := layerFloats(sp.kG) == layerFloats(sp.kBeta)
-	if len(gdn) > 1 {
-		for _, v := range [][]*Buffer{sp.kZqkv, sp.kConv, sp.kBeta, sp.kG, s.convState, s.gdnState} {
-			one = one && layerFloats(v) != 0
-		}
-	}
 	for _, l := range gdn {
 		one = one && l.qkvOff == gdn[0].qkvOff
 	}

@@ -244,8 +244,8 @@ func TestCommitReplayLaunches(t *testing.T) {
 		{"strides past 32-bit offsets", 1 << 35, 0, []int{64, 64, 64}, false},
 		// 2³² + 2¹⁴ floats: truncated to 32 bits, a stride of 64 KiB that would pass the checks
 		{"a stride of 2³² + 2¹⁴ floats", 1<<34 + 1<<16, 0, []int{64, 64, 64}, false},
-		// only the kept in_proj_zqkv rows' stride past 32 bits: LayerX 0 passes the records'
-		// checks (they refuse a 0 stride for the states only), and would read layer 0's rows
+		// only the kept in_proj_zqkv rows' stride past 32 bits: LayerX 0, which would read
+		// layer 0's rows for every layer (the conv's record refuses it)
 		{"the zqkv rows' stride past 32 bits", 1 << 16, 1<<34 + 1<<16, []int{64, 64, 64}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

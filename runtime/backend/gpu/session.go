@@ -147,7 +147,8 @@ func (s *Session) allocLayers(count int, n int64, zero bool) ([]*Buffer, error) 
 // layerFloats is the stride in floats between the regions of allocLayers' views v: 0 for
 // fewer than two (a launch over one layer has no stride), and 0 for a stride that a record's
 // 32-bit field cannot hold (or not a whole number of floats) instead of a truncated stride,
-// which emitCommitReplay takes as no layered launch.
+// which the layered records' checks refuse (kernels.GDNParams.Validate: a stride below a
+// layer's extent), so that emitCommitReplay falls back to a launch pair per layer.
 func layerFloats(v []*Buffer) uint32 {
 	if len(v) < 2 || v[1].Ptr < v[0].Ptr {
 		return 0
