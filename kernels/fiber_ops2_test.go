@@ -299,16 +299,21 @@ func TestFiberConvNorm(t *testing.T) {
 // writes the conv's outputs and state bit for bit as the conv alone, and the product of the BF16
 // weights with the rows — RMSNormed first with ABNorm — times the row scales, within float32
 // rounding of a float64 sum over runtime/model.RMSNorm's rows: 3 rows (part of one chunk of CONV_AB_ROWS = 8) and 11
-// (a chunk and a part), 10 outputs (the last threadgroup's 2 of 4), 300 inputs (not a multiple of
-// the threads), the rows strided.
+// (a chunk and a part), the rows strided. 300 inputs (not a multiple of the threads) with rows of
+// 304 and 10 outputs (the last threadgroup's 2 of 4) read the inputs, the norm weights and the
+// BF16 weights as 16- and 8-byte loads; 302 inputs end inside a quad, so the weights' rows are
+// not 8-byte multiples (the element-wise weight loads, with 12 outputs so that the last row ends
+// at the fiber runtime's inaccessible page: a load past it faults), and rows of 306 inputs the
+// element-wise input loads.
 func TestFiberConvAB(t *testing.T) {
 	r := rand.New(rand.NewPCG(29, 30))
-	const C, K, nin, nout, ldax, lday = 512, 4, 300, 10, 304, 12
+	const C, K, lday = 512, 4, 12
 	for _, c := range []struct {
-		rows int
-		norm uint32
-	}{{3, 0}, {3, 1}, {11, 1}, {11, 0}} {
-		rows := c.rows
+		rows            int
+		norm            uint32
+		nin, ldax, nout int
+	}{{3, 0, 300, 304, 10}, {3, 1, 302, 306, 12}, {11, 1, 300, 304, 10}, {11, 0, 302, 304, 12}, {11, 1, 302, 306, 12}} {
+		rows, nin, ldax, nout := c.rows, c.nin, c.ldax, c.nout
 		x := randVec(r, rows*C, 2)
 		w := randVec(r, C*K, 1)
 		st := randVec(r, (K-1)*C, 2)
@@ -332,7 +337,7 @@ func TestFiberConvAB(t *testing.T) {
 		want, wantSt := bytesF32(res[y]), bytesF32(res[sb])
 
 		p := base
-		p.ABOut, p.ABIn, p.ABLdX, p.ABLdY, p.ABNorm = nout, nin, ldax, lday, c.norm
+		p.ABOut, p.ABIn, p.ABLdX, p.ABLdY, p.ABNorm = uint32(nout), uint32(nin), uint32(ldax), lday, c.norm
 		if c.norm != 0 {
 			p.ABEps = 1e-6
 		}
@@ -340,13 +345,13 @@ func TestFiberConvAB(t *testing.T) {
 			t.Fatal(err)
 		}
 		if g := p.Grid(); g[0] != C/256+3 {
-			t.Fatalf("grid %v, want %d threadgroups (the conv's 2, then 3 of 4 outputs)", g, C/256+3)
+			t.Fatalf("grid %v, want %d threadgroups (the conv's 2, then 3 of 4 outputs each)", g, C/256+3)
 		}
 		var k job
 		sb2, y2, ay := k.f32(state), k.poison(rows*C), k.poison(rows*lday)
 		k.launch(t, "lithos_conv", p.Grid(), k.buf(zeroCtl), k.buf(Record(p)), k.f32(x), k.f32(w), sb2, y2, k.f32(ax), k.buf(aw), k.f32(nw), k.f32(rs), ay)
 		res2 := k.mustRun(t)
-		name := fmt.Sprintf("conv + in_proj_ab, %d rows, norm %d", rows, c.norm)
+		name := fmt.Sprintf("conv + in_proj_ab, %d rows, norm %d, %d inputs in rows of %d", rows, c.norm, nin, ldax)
 		closeTo(t, name+": conv", bytesF32(res2[y2]), want, 0, 0)
 		closeTo(t, name+": new state", bytesF32(res2[sb2]), wantSt, 0, 0)
 

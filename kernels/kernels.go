@@ -491,10 +491,10 @@ func buildRegistry() []Kernel {
 			f32("ga", false), f32("gb", false), f32("neg_a", false), f32("dt_bias", false)}}) // Gates 0: the last four may be any buffers
 	// CONV_NORM_CHUNK: the rows the fused L2 norm takes per barrier (a verify pass's 8);
 	// CONV_AB_ROWS the rows the in_proj_ab product takes per pass over its weights, CONV_AB_OUT
-	// its outputs per threadgroup (ConvParams.Grid), CONV_AB_PAIRS the input pairs per thread
-	// whose loads are in flight at once.
+	// its outputs per threadgroup (ConvParams.Grid), CONV_AB_QUADS the input quads (four
+	// inputs each) per thread whose loads are in flight at once.
 	ks = append(ks, Kernel{Name: "lithos_conv", Op: "conv", Threads: convThreads, Params: ConvParams{},
-		Defines: map[string]string{"CONV_NORM_CHUNK": "8u", "CONV_KMAX": fmt.Sprintf("%du", ConvMaxKernel), "CONV_AB_ROWS": "8u", "CONV_AB_OUT": fmt.Sprintf("%du", convABOut), "CONV_AB_PAIRS": "4u"},
+		Defines: map[string]string{"CONV_NORM_CHUNK": "8u", "CONV_KMAX": fmt.Sprintf("%du", ConvMaxKernel), "CONV_AB_ROWS": "8u", "CONV_AB_OUT": fmt.Sprintf("%du", convABOut), "CONV_AB_QUADS": "2u"},
 		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("state", true), f32("y", true),
 			f32("ax", false), weight("aw", "u16"), weight("anw", "f32"), weight("ars", "f32"), f32("ay", true)}}) // ABOut 0: the last five may be any buffers
 	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{}, CtlRW: true,

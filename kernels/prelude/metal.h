@@ -28,6 +28,15 @@ typedef float f32;
 #define SIMD_BCAST(x, l) simd_broadcast((x), (ushort)(l))
 #define SIMD_SHUFFLE(x, l) simd_shuffle((x), (ushort)(l)) // l may differ per lane
 
+// ALIGNED16: the pointer is 16-byte aligned (the vector loads of ops/conv.kern's in_proj_ab).
+// Run as C++ by the fiber runtime (LITHOS_SHIM_RUN) the address is checked; on Metal it is taken
+// as not aligned, so those loads stay element-wise there (their form before the vector loads).
+#ifdef LITHOS_SHIM_RUN
+#define ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
+#else
+#define ALIGNED16(ptr) false
+#endif
+
 #define AS_FLOAT(u) as_type<float>(u)
 #define AS_UINT(f) as_type<uint>(f)
 #define EXP(x) precise::exp(x)
