@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -352,6 +353,17 @@ func TestFiberConvAB(t *testing.T) {
 		k.launch(t, "lithos_conv", p.Grid(), k.buf(zeroCtl), k.buf(Record(p)), k.f32(x), k.f32(w), sb2, y2, k.f32(ax), k.buf(aw), k.f32(nw), k.f32(rs), ay)
 		res2 := k.mustRun(t)
 		name := fmt.Sprintf("conv + in_proj_ab, %d rows, norm %d, %d inputs in rows of %d", rows, c.norm, nin, ldax)
+		// CONV_AB_QUADS 3 (two passes over the 27B's inputs instead of three) and 1: each
+		// thread adds the same quads in the same order, so the same bits.
+		for _, d := range []string{"CONV_AB_QUADS 3u", "CONV_AB_QUADS 1u"} {
+			r3, err := k.runSchedules(t, mmaFiberExeDefines(t, d))
+			if err != nil {
+				t.Fatalf("%s, %s: %v", name, d, err)
+			}
+			if !bytes.Equal(r3[ay], res2[ay]) {
+				t.Fatalf("%s, %s: in_proj_ab's outputs differ from CONV_AB_QUADS 2's", name, d)
+			}
+		}
 		closeTo(t, name+": conv", bytesF32(res2[y2]), want, 0, 0)
 		closeTo(t, name+": new state", bytesF32(res2[sb2]), wantSt, 0, 0)
 

@@ -205,6 +205,11 @@ func Source(t Target) string {
 	// threads the entries held across the barrier may spill (docs/performance.md §3.3x), so it
 	// is an A/B switch for now — overridable, the host does not depend on it.
 	b.WriteString("#ifndef BLMX_RX\n#define BLMX_RX 0u\n#endif\n")
+	// CONV_AB_QUADS: the input quads (four inputs each) per thread whose loads lithos_conv's
+	// in_proj_ab has in flight at once (2: the 8 inputs of the pairs before it, three passes over
+	// the 27B's 5,120 at 256 threads; 3 would take two, with more registers); overridable for
+	// A/B runs, the host does not depend on it (docs/performance.md §3.3y).
+	b.WriteString("#ifndef CONV_AB_QUADS\n#define CONV_AB_QUADS 2u\n#endif\n")
 	b.WriteString(mustRead("ops/common.kern"))
 	// Parameter records, once per op.
 	seen := map[string]bool{}
@@ -237,7 +242,7 @@ func Source(t Target) string {
 // change for an A/B run (the CUDA backend's LITHOS_CUDA_DEFINES) without the host's knowing:
 // each is defined under #ifndef, and nothing the host computes depends on it. BLM_RING is
 // under #ifndef too but is not here: the host sizes the BLM kernels' threadgroup memory for it.
-var Overridable = []string{"BLMX_SX", "BLMX_RX"}
+var Overridable = []string{"BLMX_SX", "BLMX_RX", "CONV_AB_QUADS"}
 
 // entryMarker, as a statement of a kernel body (the generator replaces its first occurrence,
 // comments included, and refuses a body with two), is where the entry
@@ -491,10 +496,9 @@ func buildRegistry() []Kernel {
 			f32("ga", false), f32("gb", false), f32("neg_a", false), f32("dt_bias", false)}}) // Gates 0: the last four may be any buffers
 	// CONV_NORM_CHUNK: the rows the fused L2 norm takes per barrier (a verify pass's 8);
 	// CONV_AB_ROWS the rows the in_proj_ab product takes per pass over its weights, CONV_AB_OUT
-	// its outputs per threadgroup (ConvParams.Grid), CONV_AB_QUADS the input quads (four
-	// inputs each) per thread whose loads are in flight at once.
+	// its outputs per threadgroup (ConvParams.Grid); CONV_AB_QUADS is Source's (overridable).
 	ks = append(ks, Kernel{Name: "lithos_conv", Op: "conv", Threads: convThreads, Params: ConvParams{},
-		Defines: map[string]string{"CONV_NORM_CHUNK": "8u", "CONV_KMAX": fmt.Sprintf("%du", ConvMaxKernel), "CONV_AB_ROWS": "8u", "CONV_AB_OUT": fmt.Sprintf("%du", convABOut), "CONV_AB_QUADS": "2u"},
+		Defines: map[string]string{"CONV_NORM_CHUNK": "8u", "CONV_KMAX": fmt.Sprintf("%du", ConvMaxKernel), "CONV_AB_ROWS": "8u", "CONV_AB_OUT": fmt.Sprintf("%du", convABOut)},
 		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("state", true), f32("y", true),
 			f32("ax", false), weight("aw", "u16"), weight("anw", "f32"), weight("ars", "f32"), f32("ay", true)}}) // ABOut 0: the last five may be any buffers
 	ks = append(ks, Kernel{Name: "lithos_attn_partial", Op: "attn_partial", Threads: 128, Params: AttnParams{}, CtlRW: true,
