@@ -36,10 +36,10 @@ func mmaFiberExe(t testing.TB) string {
 }
 
 // mmaFiberExeDefines returns the fiber executable of the tensor-core variant (the BLM and
-// MMA-layout kernels, and lithos_conv, whose CONV_AB_QUADS is overridable) with the compile-time constants of Overridable set by defines ("NAME
-// VALUE", e.g. "BLMX_RX 0u"; none: the default build), built once per defines in the main fiber
-// build's directory: the constants' other values, which the default build does not reach,
-// under the same tests.
+// MMA-layout kernels, and lithos_conv, whose CONV_AB_QUADS is overridable) with the
+// compile-time constants of Overridable set by defines ("NAME VALUE", e.g. "BLMX_RX 0u"; none:
+// the default build), built once per defines in the main fiber build's directory: the
+// constants' other values, which the default build does not reach, under the same tests.
 func mmaFiberExeDefines(t testing.TB, defines ...string) string {
 	t.Helper()
 	generatedFiber(t)

@@ -461,7 +461,7 @@ func (p ConvParams) Validate() error {
 	if p.ABOut != 0 {
 		c.positive("ABIn", p.ABIn)
 		if p.ABIn%2 != 0 || p.ABLdX%2 != 0 {
-			c.failf("ABIn", "is %d with ABLdX %d: want both even (the weights and rows read in pairs)", p.ABIn, p.ABLdX)
+			c.failf("ABIn", "is %d with ABLdX %d: want both even (the BF16 weights read two at a time, the rows at even strides)", p.ABIn, p.ABLdX)
 		}
 		c.total("ABIn", uint64(p.ABOut)*uint64(p.ABIn), "the weights ABOut·ABIn")
 		c.span("ABLdX", uint64(p.Rows), uint64(p.ABLdX), uint64(p.ABIn), "(Rows−1)·ABLdX + ABIn")
