@@ -155,12 +155,9 @@ FN void blm_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memor
 // memory, which may take the block past the 48 KiB of static shared memory); n is its size,
 // which the Metal prelude allocates statically.
 #define TG_DYN_ARRAY(T, name, n) extern __shared__ __align__(16) T name[]
-// ALIGNED16: the pointer is 16-byte aligned (the vector loads of ops/conv.kern's in_proj_ab).
+// ALIGNED16: the pointer is 16-byte aligned (the kernels' vector loads of activations and
+// weights: the BLM and MMA-layout products, ops/conv.kern's in_proj_ab).
 #define ALIGNED16(ptr) ((((unsigned long long)(ptr)) & 15ull) == 0ull)
-// BLMX_ALIGNED16: the pointer is 16-byte aligned (the MMA-layout kernels' float4 activation loads).
-#define BLMX_ALIGNED16(ptr) ((((unsigned long long)(ptr)) & 15ull) == 0ull)
-// BLM_ALIGNED16: the pointer is 16-byte aligned (vector loads of the activations).
-#define BLM_ALIGNED16(ptr) ((((unsigned long long)(ptr)) & 15ull) == 0ull)
 // Thread-block clusters (sm_90 and newer: the PTX below does not exist before, and the module
 // is compiled for the device's own architecture) for the BLM kernels' K split across
 // threadgroups (BLMParams.Clusters; docs/performance.md §3.3e): blm_cluster_sync is a barrier of

@@ -28,9 +28,11 @@ typedef float f32;
 #define SIMD_BCAST(x, l) simd_broadcast((x), (ushort)(l))
 #define SIMD_SHUFFLE(x, l) simd_shuffle((x), (ushort)(l)) // l may differ per lane
 
-// ALIGNED16: the pointer is 16-byte aligned (the vector loads of ops/conv.kern's in_proj_ab).
-// Run as C++ by the fiber runtime (LITHOS_SHIM_RUN) the address is checked; on Metal it is taken
-// as not aligned, so those loads stay element-wise there (their form before the vector loads).
+// ALIGNED16: the pointer is 16-byte aligned (the kernels' vector loads: ops/conv.kern's
+// in_proj_ab, and the tensor-core BLM and MMA-layout products, which only the fiber runtime
+// builds from this prelude). Run as C++ by the fiber runtime (LITHOS_SHIM_RUN) the address is
+// checked; on Metal it is taken as not aligned, so in_proj_ab's loads stay element-wise there
+// (their form before the vector loads).
 #ifdef LITHOS_SHIM_RUN
 #define ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
 #else
@@ -159,10 +161,6 @@ static inline void blm_cp_wait() {}
 #else
 #define TG_DYN_ARRAY(T, name, n) TG_ARRAY(T, name, n)
 #endif
-// BLMX_ALIGNED16: the pointer is 16-byte aligned (the MMA-layout kernels' float4 activation loads).
-#define BLMX_ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
-// BLM_ALIGNED16: the pointer is 16-byte aligned (the fiber runtime compiles this as C++).
-#define BLM_ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
 #else
 #define BLM_MMA 0
 #endif
