@@ -2,7 +2,8 @@
 # ab27b.sh: A/B of several lithos-run builds on the 27B-shaped bundle in one device call
 # (docs/performance.md §3.3p and §8.13 were measured this way). On the Go machine build each
 # variant into its own folder and carry them with the pack binary in one xz tar (the call's
-# 64 MiB limit counts the tracked tree too):
+# 64 MiB limit counts the tracked tree too) — tools/abprep.sh does all of it, wrappers included,
+# e.g. `tools/abprep.sh base=044e425 ab=HEAD q3=ab:CONV_AB_QUADS=3u`; by hand:
 #   for v in base new; do (worktree of v) CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /tmp/nb/$v/lithos-run ./cmd/lithos-run; done
 #   CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /tmp/nb/lithos-pack ./cmd/lithos-pack
 #   tar cf - -C /tmp/nb . | xz -9e > bin/nb.tar.xz
