@@ -40,7 +40,7 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
-static __device__ __forceinline__ uint64_t gtimer() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
+static __device__ __forceinline__ uint64_t gtimer() { uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 
 // The split of kernels/ops/blmx.kern (blmx_split) and the prelude's f16 conversions.
 static __device__ __forceinline__ unsigned f16x2(float lo, float hi) {
@@ -72,6 +72,52 @@ static __device__ __forceinline__ float token_sigma(unsigned mx, unsigned* tmax,
     unsigned mg = 0u;
     for (unsigned i = 0; i < 16u; ++i) mg = max(mg, tmax[i * 8u + g]);
     return sigma(mg);
+}
+
+static __device__ __forceinline__ uint4 bits4(float4 v) {
+    return make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w));
+}
+static __device__ __forceinline__ float4 floats4(uint4 u) {
+    return make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
+}
+// stage_mem: the thread's entries j0·512 + tid, (j0 + 1)·512 + tid, … of the part (x shared,
+// one 16-byte load each, SX in flight per step) as float32 into sm; returns mx with their
+// largest |x| folded in. split_mem: the thread's float32 entries from e on (every 512th) split
+// into their f16 pieces in place (modes 6 and 7).
+template <int SX>
+static __device__ __forceinline__ unsigned stage_mem(uint4* sm, const float* xr, unsigned NE, unsigned tid, unsigned q, unsigned j0, unsigned mx) {
+    for (; j0 * 512u + tid < NE; j0 += SX) {
+        float4 v[SX];
+#pragma unroll
+        for (int j = 0; j < SX; ++j) {
+            const unsigned e = (j0 + j) * 512u + tid;
+            v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (e < NE) v[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
+        }
+#pragma unroll
+        for (int j = 0; j < SX; ++j) {
+            const unsigned e = (j0 + j) * 512u + tid;
+            mx = max(mx, amax4(v[j]));
+            if (e < NE) sm[e] = bits4(v[j]);
+        }
+    }
+    return mx;
+}
+static __device__ __forceinline__ void split_mem(uint4* sm, unsigned e, unsigned NE, float s) {
+    for (; e < NE; e += 512u) sm[e] = split(floats4(sm[e]), s);
+}
+// rep_end: the end of one timed staging (a read of the staged entries keeps the copies live);
+// report: thread 0's time for the reps since t0.
+static __device__ __forceinline__ float rep_end(const uint4* sm, unsigned NE, unsigned tid, int r) {
+    __syncthreads();
+    const float a = __uint_as_float(sm[(tid * 7u + r) % NE].x);
+    __syncthreads();
+    return a;
+}
+static __device__ __forceinline__ void report(unsigned long long t0, unsigned long long* t, float* sink, float acc) {
+    const unsigned long long t1 = gtimer();
+    if (threadIdx.x == 0) t[blockIdx.x] = t1 - t0;
+    if (acc == 12345.0f) sink[0] = acc;
 }
 
 static __device__ __forceinline__ void mbar_init(uint64_t* b, unsigned n) {
@@ -121,27 +167,8 @@ __global__ void __launch_bounds__(512, 1) stage(const float* x, unsigned K, unsi
             mbar_wait(&bar, r & 1);
         } else if (mode == 6) {
             const float* xr = xb + (size_t)g * K;
-            unsigned mx = 0u;
-            for (unsigned e0 = tid; e0 < NE; e0 += SX * 512u) {
-                float4 v[SX];
-#pragma unroll
-                for (int j = 0; j < SX; ++j) {
-                    const unsigned e = e0 + j * 512u;
-                    v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-                    if (e < NE) v[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
-                }
-#pragma unroll
-                for (int j = 0; j < SX; ++j) {
-                    const unsigned e = e0 + j * 512u;
-                    mx = max(mx, amax4(v[j]));
-                    if (e < NE) sm[e] = make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z), __float_as_uint(v[j].w));
-                }
-            }
-            const float s = token_sigma(mx, tmax, tid, g, q);
-            for (unsigned e = tid; e < NE; e += 512u) {
-                const uint4 u = sm[e];
-                sm[e] = split(make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w)), s);
-            }
+            const unsigned mx = stage_mem<SX>(sm, xr, NE, tid, q, 0u, 0u);
+            split_mem(sm, tid, NE, token_sigma(mx, tmax, tid, g, q));
         } else {
             const float* xr = xb + (size_t)g * K;
             for (unsigned e0 = tid; e0 < NE; e0 += SX * 512u) {
@@ -163,17 +190,13 @@ __global__ void __launch_bounds__(512, 1) stage(const float* x, unsigned K, unsi
 #pragma unroll
                 for (int j = 0; j < SX; ++j) {
                     const unsigned e = e0 + j * 512u, er = e + rot >= NE ? e + rot - NE : e + rot;
-                    if (e < NE) sm[er] = make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z), __float_as_uint(v[j].w));
+                    if (e < NE) sm[er] = bits4(v[j]);
                 }
             }
         }
-        __syncthreads();
-        acc += __uint_as_float(sm[(tid * 7u + r) % NE].x); // keep the copies live
-        __syncthreads();
+        acc += rep_end(sm, NE, tid, r);
     }
-    const unsigned long long t1 = gtimer();
-    if (tid == 0) t[blockIdx.x] = t1 - t0;
-    if (acc == 12345.0f) sink[0] = acc;
+    report(t0, t, sink, acc);
 }
 
 // stage_regs: mode 7, the staging with a thread's first RX entries in registers (8 loads in
@@ -203,38 +226,17 @@ __global__ void __launch_bounds__(512, 1) stage_regs(const float* x, unsigned K,
 #pragma unroll
             for (int j = j0; j < j0 + 8 && j < RX; ++j) mx = max(mx, amax4(rv[j]));
         }
-        for (unsigned j0 = RX; j0 * 512u + tid < NE; j0 += 8u) {
-            float4 v[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const unsigned e = (j0 + j) * 512u + tid;
-                v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (e < NE) v[j] = *(const float4*)(xr + (e >> 5) * 16u + 4u * q);
-            }
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const unsigned e = (j0 + j) * 512u + tid;
-                mx = max(mx, amax4(v[j]));
-                if (e < NE) sm[e] = make_uint4(__float_as_uint(v[j].x), __float_as_uint(v[j].y), __float_as_uint(v[j].z), __float_as_uint(v[j].w));
-            }
-        }
+        mx = stage_mem<8>(sm, xr, NE, tid, q, RX, mx);
         const float s = token_sigma(mx, tmax, tid, g, q);
 #pragma unroll
         for (int j = 0; j < RX; ++j) {
             const unsigned e = tid + j * 512u;
             if (e < NE) sm[e] = split(rv[j], s);
         }
-        for (unsigned e = tid + RX * 512u; e < NE; e += 512u) {
-            const uint4 u = sm[e];
-            sm[e] = split(make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w)), s);
-        }
-        __syncthreads();
-        acc += __uint_as_float(sm[(tid * 7u + r) % NE].x); // keep the copies live
-        __syncthreads();
+        split_mem(sm, tid + RX * 512u, NE, s);
+        acc += rep_end(sm, NE, tid, r);
     }
-    const unsigned long long t1 = gtimer();
-    if (tid == 0) t[blockIdx.x] = t1 - t0;
-    if (acc == 12345.0f) sink[0] = acc;
+    report(t0, t, sink, acc);
 }
 
 int main(int argc, char** argv) {
