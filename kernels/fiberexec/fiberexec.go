@@ -48,6 +48,12 @@ type Options struct {
 	// fragment-major layout (kernels.BLMFragmentMajor) — the CUDA driver's emulator with it
 	// runs what the GPU runs.
 	TensorCore bool
+	// Metal builds the source with LITHOS_SHIM_METAL: ALIGNED16 (prelude/metal.h) is false, as
+	// in the MSL the Metal device compiles, so every kernel takes the element-wise loads Metal
+	// takes instead of the 16-byte loads the fiber runtime could take at aligned addresses (the
+	// CUDA driver's emulator leaves it off: CUDA tests the address). The emulated Metal device
+	// sets it.
+	Metal bool
 }
 
 // Exec is the shared mapping, its allocator and the running fiber server. Safe for
@@ -81,7 +87,7 @@ type profile struct {
 // ErrNoCompiler, a compile error (with clang's output), the arena not mappable at ArenaAddr
 // (a second Exec in one process).
 func Start(opt Options) (*Exec, error) {
-	exe, err := BuildWith(opt.KernelsDir, opt.TensorCore)
+	exe, err := build(opt)
 	if err != nil {
 		return nil, err
 	}
@@ -263,13 +269,17 @@ func (e *Exec) Launch(kernel int, grid [3]uint32, threads, cluster uint32, args 
 // cached by the hash of its inputs under the user cache directory (lithos/fiberexec), and
 // returns its path. kernelsDir is the module's kernels/ directory. Errors: ErrNoCompiler,
 // clang's output.
-func Build(kernelsDir string) (string, error) { return BuildWith(kernelsDir, false) }
+func Build(kernelsDir string) (string, error) { return build(Options{KernelsDir: kernelsDir}) }
 
-// BuildWith is Build, with tensorCore the source built with LITHOS_BLM_MMA (Options.TensorCore).
-func BuildWith(kernelsDir string, tensorCore bool) (string, error) {
+// build is Build with opt's TensorCore and Metal switches (Profile does not change the build).
+func build(opt Options) (string, error) {
+	kernelsDir, tensorCore := opt.KernelsDir, opt.TensorCore
 	src := kernels.Source(kernels.Metal)
 	if tensorCore {
 		src = "#define LITHOS_BLM_MMA 1\n" + src
+	}
+	if opt.Metal {
+		src = "#define LITHOS_SHIM_METAL 1\n" + src
 	}
 	var drvSrc strings.Builder
 	drvSrc.WriteString(fastContext)

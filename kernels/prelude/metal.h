@@ -32,8 +32,9 @@ typedef float f32;
 // in_proj_ab, and the tensor-core BLM and MMA-layout products, which only the fiber runtime
 // builds from this prelude). Run as C++ by the fiber runtime (LITHOS_SHIM_RUN) the address is
 // checked; on Metal it is taken as not aligned, so in_proj_ab's loads stay element-wise there
-// (their form before the vector loads).
-#ifdef LITHOS_SHIM_RUN
+// (their form before the vector loads), and so it is in the fiber runtime of the emulated Metal
+// device (LITHOS_SHIM_METAL: kernels/fiberexec's Options.Metal), which runs Metal's paths.
+#if defined(LITHOS_SHIM_RUN) && !defined(LITHOS_SHIM_METAL)
 #define ALIGNED16(ptr) ((reinterpret_cast<unsigned long>(ptr) & 15ul) == 0ul)
 #else
 #define ALIGNED16(ptr) false

@@ -50,8 +50,9 @@ var (
 func emuExec(t testing.TB) *fiberexec.Exec {
 	t.Helper()
 	emuOnce.Do(func() {
+		// Metal: ALIGNED16 false, as the Metal device's MSL has it (its element-wise loads).
 		emuX, emuErr = fiberexec.Start(fiberexec.Options{KernelsDir: filepath.Join("..", "..", "..", "kernels"),
-			Profile: os.Getenv("LITHOS_METAL_EMULATE_PROFILE") == "1"})
+			Profile: os.Getenv("LITHOS_METAL_EMULATE_PROFILE") == "1", Metal: true})
 	})
 	if errors.Is(emuErr, fiberexec.ErrNoCompiler) {
 		t.Skip("SKIP: the emulated Metal device needs clang++:", emuErr)
