@@ -425,7 +425,8 @@ func (p ConvParams) Grid() [3]uint32 {
 // keys; Parts is the partitions the scratch holds (⌈(the largest Pos + rows)/Part⌉; with Block
 // ⌈(the largest Pos + 1)/Part⌉). lithos_attn_partial (buffers
 // q [rows, LdQ], kc, vc, pm, pl [rows·Heads·Parts], po [rows·Heads·Parts·HeadDim]) then
-// lithos_attn_merge (buffers pm, pl, po, gate, out [rows, LdO]), the same record. Block 1 makes the
+// lithos_attn_merge (buffers pm, pl, po, gate, out [rows, LdO]), the same record (caches of
+// BF16: lithos_attn_partial_bf16, AttnKernels). Block 1 makes the
 // rows a non-causal block: every row attends keys 0 … Pos (the DSpark drafter's block, whose
 // rows all see the context and the whole block: runtime/draft); each row's output is then
 // bit for bit a 1-row launch's at the same Pos.
@@ -442,6 +443,18 @@ type AttnParams struct {
 	// Gate 1: lithos_attn_merge multiplies its outputs by σ(gate[r·LdG + h·GateStride + i])
 	// (runtime/model.SigmoidGate); Gate 0 reads no gate (the buffer may be any, out included).
 	Gate, LdG, GateStride uint32
+}
+
+// AttnKernels returns the entry points of the attention layer's q/k preparation (AttnPrepParams)
+// and partials (AttnParams) for its KV caches: float32 (lithos_attn_prep, lithos_attn_partial),
+// or with bf16 BF16 caches (…_bf16: u16 elements, each key and value rounded to nearest even as
+// it is written, widened exactly as it is read; half the bytes per cached position). The merge,
+// lithos_attn_merge, reads only the partials and serves both.
+func AttnKernels(bf16 bool) (prep, partial string) {
+	if bf16 {
+		return "lithos_attn_prep_bf16", "lithos_attn_partial_bf16"
+	}
+	return "lithos_attn_prep", "lithos_attn_partial"
 }
 
 // GridPartial is (Heads, rows, Parts); partitions past a row's last key return at once.
@@ -478,7 +491,8 @@ func (p KVAppendParams) Grid() [3]uint32 {
 // x[r·LdX + KOff + kh·HeadDim …] likewise (weights kw) into kc[(Pos + r)·LdC + kh·HeadDim …],
 // and value head kh at x[r·LdX + VOff + kh·HeadDim …] is copied into vc at the same place. The
 // caches hold Capacity rows: positions past them are the kernel's guard (GuardKVAppend).
-// Kernel lithos_attn_prep, buffers x, qw, kw, inv_freq (RotDim/2 floats), q, kc, vc.
+// Kernel lithos_attn_prep, buffers x, qw, kw, inv_freq (RotDim/2 floats), q, kc, vc (float32;
+// lithos_attn_prep_bf16 writes BF16 caches, AttnKernels).
 type AttnPrepParams struct {
 	DoneWord                        uint32
 	Rows                            uint32
