@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"lithos/runtime/backend"
 	"lithos/runtime/generate"
 	"lithos/runtime/sample"
 )
@@ -118,6 +119,7 @@ type genFlags struct {
 	verbose                    bool
 	draftSampling              string
 	confidenceStop             float64
+	kvCache                    string
 	bench                      bool
 	runs                       int
 	snapshot                   int
@@ -140,6 +142,7 @@ func (g *genFlags) register(c *cobra.Command) {
 	f.BoolVar(&g.noDraft, "no-draft", false, "decode without the bundle's DSpark draft head (not even loaded: a draft that does not fit is ignored)")
 	f.StringVar(&g.draftSampling, "draft-sampling", "argmax", "at temperature > 0: argmax (drafts are the drafter's argmax, accepted iff they equal the sampled token) or sample (drafts sampled, accepted with min(1, p/q))")
 	f.Float64Var(&g.confidenceStop, "confidence-stop", 0, "verify only the leading drafts whose confidence head output is at least this (0 = off)")
+	f.StringVar(&g.kvCache, "kv-cache", backend.KVFloat32, "KV cache element type: f32, or bf16 (keys and values rounded to BF16: on a GPU half the cache's memory and half the bytes attention reads at long contexts; ~1e-3 relative on the logits)")
 	f.StringVar(&g.backend, "backend", "auto", "backend: "+strings.Join(generate.Backends, "|")+" (auto = metal on a Mac or cuda on a usable NVIDIA GPU that runs the bundle and these options and passes a first-use self-check against cpu, cached; else cpu with a warning saying why; "+generate.SelfCheckEnv+"=0|force turns the check off or reruns it)")
 	f.BoolVar(&g.json, "json", false, "print exactly one JSON object on stdout instead of streaming text")
 	f.IntVar(&g.context, "context", 0, "context length in tokens (0 = the model's max_position_embeddings)")
@@ -220,7 +223,10 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	if !(g.confidenceStop >= 0 && g.confidenceStop <= 1) {
 		return fmt.Errorf("--confidence-stop %v: want a number in [0, 1] (0 = off)", g.confidenceStop)
 	}
-	req.DraftSampling, req.ConfidenceStop = g.draftSampling, g.confidenceStop
+	if g.kvCache != backend.KVFloat32 && g.kvCache != backend.KVBF16 {
+		return fmt.Errorf("--kv-cache %q: want %s or %s", g.kvCache, backend.KVFloat32, backend.KVBF16)
+	}
+	req.DraftSampling, req.ConfidenceStop, req.KVCache = g.draftSampling, g.confidenceStop, g.kvCache
 	ctx := cmd.Context()
 	r, err := generate.OpenWith(ctx, dir, generate.Options{Backend: g.backend, NoDraft: g.noDraft, Session: req.SessionOptions(), Log: log})
 	if err != nil {

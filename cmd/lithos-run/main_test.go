@@ -374,12 +374,21 @@ func TestGenerateSpeculativeJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("sampled drafts: exit %d, %s", code, stderr)
 	}
+	// A BF16 KV cache: this model's greedy tokens do not move (its margins are wider than the
+	// rounding; the logits do: runtime/backend/metal TestEmulatedKVBF16, runtime/model).
+	code, stdout, stderr := runCLI(dir, "--prompt-ids", idsArg(i32["prompt.11"]), "--max-tokens", "8", "--kv-cache", "bf16", "--json")
+	var kv generate.Result
+	if code != 0 || json.Unmarshal([]byte(stdout), &kv) != nil || !slices.Equal(kv.Tokens, i32["greedy.11"][:8]) {
+		t.Fatalf("--kv-cache bf16: exit %d, tokens %v (transformers %v), stderr %s", code, kv.Tokens, i32["greedy.11"][:8], stderr)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{dir, "--prompt-ids", "1", "--draft-sampling", "best"}, "--draft-sampling"},
 		{[]string{dir, "--prompt-ids", "1", "--confidence-stop", "2"}, "--confidence-stop"},
+		{[]string{dir, "--prompt-ids", "1", "--kv-cache", "fp8"}, "--kv-cache"},
+		{[]string{"serve", dir, "--kv-cache", "f16"}, "--kv-cache"},
 		{[]string{"bench", dir, "--runs", "0"}, "--runs"},
 		{[]string{"bench", dir, "--snapshot", "-1"}, "--snapshot"},
 		{[]string{dir, "--prompt-ids", "1", "--rounds-per-call", "-1"}, "--rounds-per-call"},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"lithos/runtime/backend"
 	"lithos/runtime/generate"
 	"lithos/runtime/serve"
 )
@@ -20,6 +21,7 @@ import (
 // serveFlags are the flags of lithos-run serve.
 type serveFlags struct {
 	host, apiKey, backend, draftSampling string
+	kvCache                              string
 	port, context, queue, checkpoints    int
 	prefillChunk                         int
 	roundsPerCall                        int
@@ -71,6 +73,7 @@ func newServe(g *genFlags) *cobra.Command {
 	fl.BoolVar(&f.noDraft, "no-draft", false, "decode without the bundle's DSpark draft head")
 	fl.StringVar(&f.draftSampling, "draft-sampling", "argmax", "at temperature > 0: argmax or sample (see lithos-run generate --help)")
 	fl.Float64Var(&f.confidenceStop, "confidence-stop", 0, "verify only the leading drafts whose confidence reaches this (0 = off)")
+	fl.StringVar(&f.kvCache, "kv-cache", backend.KVFloat32, "KV cache element type: f32 or bf16 (see lithos-run generate --help)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "debug logs on stderr")
 	return c
 }
@@ -108,6 +111,8 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 		return fmt.Errorf("--draft-sampling %q: want argmax or sample", f.draftSampling)
 	case !(f.confidenceStop >= 0 && f.confidenceStop <= 1):
 		return fmt.Errorf("--confidence-stop %v: want a number in [0, 1]", f.confidenceStop)
+	case f.kvCache != backend.KVFloat32 && f.kvCache != backend.KVBF16:
+		return fmt.Errorf("--kv-cache %q: want %s or %s", f.kvCache, backend.KVFloat32, backend.KVBF16)
 	case !(f.checkpointGB >= 0 && f.checkpointGB <= 1e6):
 		return fmt.Errorf("--checkpoint-gb %v: want a number of GB in [0, 1e6] (0 = no bound)", f.checkpointGB)
 	}
@@ -122,7 +127,7 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 	opt := serve.Options{
 		Names: f.names, Context: f.context, Queue: f.queue, Checkpoints: checkpoints, APIKey: key,
 		MaxBodyBytes: int64(f.maxBodyMB) << 20, PrefillChunk: f.prefillChunk, RoundsPerCall: f.roundsPerCall, Log: log,
-		DraftSampling: f.draftSampling, ConfidenceStop: f.confidenceStop,
+		DraftSampling: f.draftSampling, ConfidenceStop: f.confidenceStop, KVCache: f.kvCache,
 		CheckpointBytes: int64(f.checkpointGB * 1e9), AllowedHosts: f.allowHosts,
 		ReadTimeout: orNone(f.readTimeout), WriteTimeout: orNone(f.writeTimeout),
 	}

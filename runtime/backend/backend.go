@@ -100,7 +100,20 @@ type SessionOptions struct {
 	// head output is at least this value (0: off, every round verifies BlockSize drafts; no
 	// effect for a drafter without a confidence head).
 	ConfidenceStop float64
+	// KVCache is the element type of the attention layers' KV cache: KVFloat32 ("" means it)
+	// or KVBF16 — every key and value rounded to the nearest BF16 (ties to even) as it is
+	// written (ARCHITECTURE §3.4): on a GPU half the cache's bytes, so half the memory per
+	// position and half the bytes attention reads per pass at long contexts; the CPU backend
+	// keeps float32 storage with the same rounded values (the reference for the GPU's). Not
+	// transformers' float32 numerics: ~1e-3 relative on the logits (docs/runtime.md).
+	KVCache string
 }
+
+// KV cache element types (SessionOptions.KVCache).
+const (
+	KVFloat32 = "f32"
+	KVBF16    = "bf16"
+)
 
 // DraftSampling values.
 const (
@@ -136,6 +149,13 @@ func (o *SessionOptions) Normalize(vocab int) error {
 	case DraftArgmax, DraftSample:
 	default:
 		return fmt.Errorf("session: draft sampling %q: want %q or %q", o.DraftSampling, DraftArgmax, DraftSample)
+	}
+	switch o.KVCache {
+	case "":
+		o.KVCache = KVFloat32
+	case KVFloat32, KVBF16:
+	default:
+		return fmt.Errorf("session: KV cache type %q: want %q or %q", o.KVCache, KVFloat32, KVBF16)
 	}
 	if !(o.ConfidenceStop >= 0 && o.ConfidenceStop <= 1) {
 		return fmt.Errorf("session: confidence stop %v: want a number in [0, 1] (0 = off)", o.ConfidenceStop)

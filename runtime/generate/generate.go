@@ -511,6 +511,9 @@ type Request struct {
 	// ConfidenceStop, in [0, 1], shortens rounds to the leading drafts whose confidence head
 	// output reaches it (0: off).
 	ConfidenceStop float64
+	// KVCache is the KV cache's element type, backend.KVFloat32 ("" means it) or
+	// backend.KVBF16; see backend.SessionOptions.
+	KVCache string
 	// RoundsPerCall is the most decode steps (speculative rounds, or single-row steps without
 	// the draft head) queued on the device per Session.Decode call, in [0, MaxRoundsPerCall]
 	// (0: DefaultRoundsPerCall). The host drains the ring, streams the text and checks the
@@ -578,11 +581,11 @@ func CallSteps(ss *backend.StepState, ring *backend.Ring, perCall, tokens, round
 }
 
 // SessionOptions returns the options of req's sessions that do not depend on the bundle
-// (sampling, draft rule, confidence stop, prefill chunk): what Options.Session wants, so that
+// (sampling, draft rule, confidence stop, prefill chunk, KV cache type): what Options.Session wants, so that
 // --backend auto chooses a backend that runs them.
 func (req *Request) SessionOptions() *backend.SessionOptions {
 	return &backend.SessionOptions{Sampling: req.Sampling, DraftSampling: req.DraftSampling,
-		ConfidenceStop: req.ConfidenceStop, PrefillChunk: req.PrefillChunk}
+		ConfidenceStop: req.ConfidenceStop, PrefillChunk: req.PrefillChunk, KVCache: req.KVCache}
 }
 
 // DefaultContext is the context when neither the request nor the model config gives one;
@@ -789,6 +792,7 @@ func (r *Runner) Generate(ctx context.Context, req Request) (*Result, error) {
 	opt := backend.SessionOptions{
 		Capacity: min(limit, len(prompt)+maxTok), PrefillChunk: req.PrefillChunk,
 		Sampling: req.Sampling, EOS: r.EOS, DraftSampling: req.DraftSampling, ConfidenceStop: req.ConfidenceStop,
+		KVCache: req.KVCache,
 	}
 	if r.Draft != nil && !req.NoDraft {
 		opt.Drafter = r.Draft

@@ -183,6 +183,7 @@ type State struct {
 	conv     [][2][]float32
 	rec      [][2][]float32
 	k, v     [][]float32
+	kvBF16   bool  // every key and value rounded to BF16 as it is written (SetKVBF16)
 	layerIdx []int // per layer: its index among the GDN or the attention layers
 	arena    arena
 
@@ -242,6 +243,15 @@ func (m *Model) NewState(capacity int) (*State, error) {
 	}
 	return st, nil
 }
+
+// SetKVBF16 makes the rows written from now on hold every key and value rounded to the nearest
+// BF16, ties to even (formats/bf16.FromFloat32), in the float32 cache: the values a BF16 KV
+// cache holds (backend.KVBF16; the GPU backends store the BF16 bits). Set it on a new or reset
+// state: rows written before keep their float32 values.
+func (s *State) SetKVBF16(on bool) { s.kvBF16 = on }
+
+// KVBF16 reports whether the state rounds its keys and values to BF16 (SetKVBF16).
+func (s *State) KVBF16() bool { return s.kvBF16 }
 
 // Pos returns the committed length of the sequence (the position of the next token).
 func (s *State) Pos() int { return s.pos }
@@ -635,6 +645,10 @@ func (m *Model) attnMixer(l *Layer, st *State, ai int, out, x []float32, n int) 
 		copy(kc[(p0+r)*kvd:(p0+r+1)*kvd], kk[r*kvd:(r+1)*kvd])
 		copy(vc[(p0+r)*kvd:(p0+r+1)*kvd], vv[r*kvd:(r+1)*kvd])
 	}
+	if st.kvBF16 {
+		roundBF16(kc[p0*kvd : (p0+n)*kvd])
+		roundBF16(vc[p0*kvd : (p0+n)*kvd])
+	}
 	att := a.take(n * qd)
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	if err := Attend(m.attn, att, q, n, p0, kc, vc, scale, m.KeyPartition); err != nil {
@@ -693,4 +707,11 @@ func (a *arena) take(n int) []float32 {
 	a.blocks = append(a.blocks, b)
 	a.cur, a.off = len(a.blocks)-1, n
 	return b[:n:n]
+}
+
+// roundBF16 rounds every value of x to the nearest BF16, ties to even (formats/bf16).
+func roundBF16(x []float32) {
+	for i, v := range x {
+		x[i] = bf16.ToFloat32(bf16.FromFloat32(v))
+	}
 }

@@ -18,6 +18,7 @@ type StateSnapshot struct {
 	pos, slot int
 	conv, rec [][]float32 // per GDN layer
 	k, v      [][]float32 // per attention layer, [pos, KVHeads·HeadDim]
+	kvBF16    bool        // the state's KV rows are BF16-rounded (State.SetKVBF16)
 }
 
 // Pos returns the position of the copied state: the tokens it has consumed.
@@ -62,7 +63,7 @@ func (s *State) Snapshot(rows int) (*StateSnapshot, error) {
 		}
 		return nil, fmt.Errorf("state snapshot of %d rows at position %d: only the first %d positions are committed (rows = Pos())", rows, s.pos, s.pos)
 	}
-	sn := &StateSnapshot{cfg: s.cfg, pos: s.pos, slot: s.slot}
+	sn := &StateSnapshot{cfg: s.cfg, pos: s.pos, slot: s.slot, kvBF16: s.kvBF16}
 	for gi := range s.rec {
 		sn.conv = append(sn.conv, clone32(s.conv[gi][s.slot]))
 		sn.rec = append(sn.rec, clone32(s.rec[gi][s.slot]))
@@ -81,13 +82,17 @@ func (s *State) Snapshot(rows int) (*StateSnapshot, error) {
 // are dropped. The other slot and the KV rows past sn.Pos() keep stale values that the next step
 // overwrites before reading (it writes the other slot; attention reads rows below the row's
 // position only). Errors, the state unchanged: a nil snapshot, a snapshot of another Model's
-// state, a position past s's capacity.
+// state, of a state whose KV rows are rounded otherwise (SetKVBF16), a position past s's
+// capacity.
 func (s *State) Restore(sn *StateSnapshot) error {
 	if sn == nil {
 		return errors.New("state restore: nil snapshot")
 	}
 	if sn.cfg != s.cfg {
 		return errors.New("state restore: the snapshot was taken from a state of another model")
+	}
+	if sn.kvBF16 != s.kvBF16 {
+		return fmt.Errorf("state restore: the snapshot's KV cache is %s, the state's %s", kvName(sn.kvBF16), kvName(s.kvBF16))
 	}
 	if sn.pos > s.capacity {
 		return fmt.Errorf("state restore: the snapshot holds %d positions, the state's capacity is %d", sn.pos, s.capacity)
@@ -129,4 +134,12 @@ func clone32(x []float32) []float32 {
 	out := make([]float32, len(x))
 	copy(out, x)
 	return out
+}
+
+// kvName names a KV cache's element type in errors.
+func kvName(bf16 bool) string {
+	if bf16 {
+		return "BF16"
+	}
+	return "float32"
 }

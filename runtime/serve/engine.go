@@ -94,6 +94,7 @@ type engine struct {
 	draft        backend.Drafter
 	draftSamp    string  // SessionOptions.DraftSampling
 	confStop     float64 // SessionOptions.ConfidenceStop
+	kvCache      string  // SessionOptions.KVCache
 	eos          []int32
 	context      int
 	prefillChunk int
@@ -410,7 +411,7 @@ func (e *engine) newSession(p sample.Params) (backend.Session, error) {
 func (e *engine) sessionOptions(p sample.Params) backend.SessionOptions {
 	return backend.SessionOptions{
 		Capacity: e.context, PrefillChunk: e.prefillChunk, Sampling: p, EOS: e.eos, Drafter: e.draft,
-		DraftSampling: e.draftSamp, ConfidenceStop: e.confStop,
+		DraftSampling: e.draftSamp, ConfidenceStop: e.confStop, KVCache: e.kvCache,
 	}
 }
 

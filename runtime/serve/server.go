@@ -104,6 +104,9 @@ type Options struct {
 	// (backend.SessionOptions; used only with a draft head).
 	DraftSampling  string
 	ConfidenceStop float64
+	// KVCache is the sessions' KV cache element type (backend.SessionOptions.KVCache: "" or
+	// backend.KVFloat32, backend.KVBF16).
+	KVCache string
 	// Log receives the server's logs (slog.Default when nil).
 	Log *slog.Logger
 }
@@ -248,14 +251,14 @@ func New(m Model, opt Options) (*Server, error) {
 		sessionBytes += d.StateBytes(opt.Context)
 	}
 	s.eng = &engine{
-		target: m.Target, draft: m.Draft, draftSamp: opt.DraftSampling, confStop: opt.ConfidenceStop, eos: m.EOS, context: opt.Context, prefillChunk: opt.PrefillChunk,
+		target: m.Target, draft: m.Draft, draftSamp: opt.DraftSampling, confStop: opt.ConfidenceStop, kvCache: opt.KVCache, eos: m.EOS, context: opt.Context, prefillChunk: opt.PrefillChunk,
 		perCall: max(opt.RoundsPerCall, 1), maxEntries: max(opt.Checkpoints, 0), maxBytes: opt.CheckpointBytes, sessionBytes: sessionBytes,
 		log: opt.Log, q: newQueue(opt.Queue), m: s.m,
 	}
 	// Check the session options once, and probe whether the backend's sessions can copy
 	// their state (with the drafter's context), on a one-position session.
 	probe, err := m.Target.NewSession(backend.SessionOptions{Capacity: 1, EOS: m.EOS, Sampling: sample.Params{TopP: 1},
-		Drafter: m.Draft, DraftSampling: opt.DraftSampling, ConfidenceStop: opt.ConfidenceStop})
+		Drafter: m.Draft, DraftSampling: opt.DraftSampling, ConfidenceStop: opt.ConfidenceStop, KVCache: opt.KVCache})
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -287,7 +290,7 @@ func Open(ctx context.Context, dir string, ro generate.Options, opt Options) (*S
 	}
 	if ro.Session == nil {
 		ro.Session = &backend.SessionOptions{Sampling: sample.Params{Temperature: 1, TopP: 1},
-			DraftSampling: opt.DraftSampling, ConfidenceStop: opt.ConfidenceStop, PrefillChunk: opt.PrefillChunk}
+			DraftSampling: opt.DraftSampling, ConfidenceStop: opt.ConfidenceStop, PrefillChunk: opt.PrefillChunk, KVCache: opt.KVCache}
 	}
 	r, err := generate.OpenWith(ctx, dir, ro)
 	if err != nil {

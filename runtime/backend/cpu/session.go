@@ -54,6 +54,7 @@ func (t *Target) NewSession(opt backend.SessionOptions) (backend.Session, error)
 	if err != nil {
 		return nil, err
 	}
+	st.SetKVBF16(opt.KVCache == backend.KVBF16)
 	smp, err := sample.New(opt.Sampling)
 	if err != nil {
 		return nil, err

@@ -559,14 +559,15 @@ func (e *emitter) layers(n int, rowsWord uint32, keep bool) {
 				Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), RotDim: uint32(c.RotaryDim),
 				LdX: uint32(nq), QOff: uint32(l.qOff), QStride: uint32(2 * hd), KOff: uint32(l.kOff), VOff: uint32(l.vOff),
 				LdQ: uint32(qd), LdC: uint32(kvd), Capacity: uint32(s.opt.Capacity), Eps: c.RMSEps}
-			e.b.add("lithos_attn_prep", prep, prep.Grid(), s.qkv.Ptr, l.qNorm, l.kNorm, s.invFreq.Ptr, s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr)
+			prepK, partialK := kernels.AttnKernels(s.kvBF16())
+			e.b.add(prepK, prep, prep.Grid(), s.qkv.Ptr, l.qNorm, l.kNorm, s.invFreq.Ptr, s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr)
 			e.what("layer %d (%v) attention and output gate", li, l.kind)
 			// The merge multiplies by σ of the gate heads (after each query head in qkv).
 			at := kernels.AttnParams{DoneWord: e.done, Rows: uint32(n), RowsWord: rowsWord, Pos: 0, PosWord: w.Position,
 				Heads: uint32(c.Heads), KVHeads: uint32(c.KVHeads), HeadDim: uint32(hd), LdQ: uint32(qd), LdO: uint32(qd), LdKV: uint32(kvd),
 				Part: AttnPartition, Parts: uint32(s.parts), Scale: float32(1 / math.Sqrt(float64(hd))),
 				Gate: 1, LdG: uint32(nq), GateStride: uint32(2 * hd)}
-			e.b.add("lithos_attn_partial", at, at.GridPartial(), s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr, s.pm.Ptr, s.pl.Ptr, s.po.Ptr)
+			e.b.add(partialK, at, at.GridPartial(), s.qn.Ptr, s.kc[l.idx].Ptr, s.vc[l.idx].Ptr, s.pm.Ptr, s.pl.Ptr, s.po.Ptr)
 			e.b.add("lithos_attn_merge", at, at.GridMerge(), s.pm.Ptr, s.pl.Ptr, s.po.Ptr, f32at(s.qkv, l.qOff+hd), s.att.Ptr)
 			e.what("layer %d (%v) o_proj", li, l.kind)
 			e.mm(l.o, n, rowsWord, kernels.EpiAdd, s.att.Ptr, s.x.Ptr, 0, 0)

@@ -182,6 +182,17 @@ func (t *Target) NewSession(opt backend.SessionOptions) (backend.Session, error)
 	return t.NewDeviceSession(opt, true)
 }
 
+// kvBF16 reports whether the session's KV caches are BF16 (SessionOptions.KVCache).
+func (s *Session) kvBF16() bool { return s.opt.KVCache == backend.KVBF16 }
+
+// kvElem is the bytes of one element of the session's KV caches: 2 (BF16) or 4 (float32).
+func (s *Session) kvElem() int {
+	if s.kvBF16() {
+		return 2
+	}
+	return 4
+}
+
 // NewDeviceSession is NewSession returning the *Session; replay false launches every step's
 // kernels one by one instead of replaying recorded programs (tests compare the two).
 func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Session, error) {
@@ -250,7 +261,7 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	}
 	gdnBytes := 4 * int64(2*c.VHeads*c.KDim*c.VDim)
 	convBytes := 4 * int64(2*(c.ConvKernel-1)*cd)
-	kvBytes := 4 * int64(opt.Capacity) * int64(kvd)
+	kvBytes := int64(s.kvElem()) * int64(opt.Capacity) * int64(kvd)
 	need += int64(ng)*(layerStride(gdnBytes)+layerStride(convBytes)) + int64(na)*2*kvBytes
 	// Per GDN layer with a drafter, the verify's records the commit replay reads (floats): the
 	// in_proj_zqkv rows, the conv output, β and g.

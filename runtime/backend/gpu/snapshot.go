@@ -58,14 +58,16 @@ func parallelCopy(dst, src []byte) {
 // Snapshot is a GPU session's saved committed state (backend.Snapshot), in host memory: per
 // GDN layer the committed slot (Step & 1) of its recurrent state ([VHeads, KDim, VDim] f32) and
 // of its conv state ([ConvKernel − 1, ConvDim] f32), per attention layer the K and V cache rows
-// [0, Position) ([Position, KVHeads·HeadDim] f32), the step count and Position, and with a
-// drafter its context K/V rows [0, DraftContext) per draft layer. Memory: Bytes().
+// [0, Position) ([Position, KVHeads·HeadDim] in the cache's type: f32, or BF16 with
+// backend.KVBF16), the step count and Position, and with a drafter its context K/V rows [0,
+// DraftContext) per draft layer. Memory: Bytes().
 type Snapshot struct {
 	t        *Target
 	d        *DSpark // the drafter whose context rows ctxK/ctxV hold; nil: none
 	pos      int
 	step     uint32
 	draftCtx int
+	kvBF16   bool // the K and V rows are BF16 (the session's SessionOptions.KVCache)
 
 	gdn, conv, k, v, ctxK, ctxV [][]byte
 }
@@ -211,7 +213,7 @@ func (s *Session) Snapshot() (backend.Snapshot, error) {
 	}
 	ss := s.ss
 	c := &s.t.Cfg
-	sn := &Snapshot{t: s.t, pos: int(ss.Position), step: ss.Step}
+	sn := &Snapshot{t: s.t, pos: int(ss.Position), step: ss.Step, kvBF16: s.kvBF16()}
 	slot := int64(ss.Step & 1)
 	half := func(b *Buffer) ([]byte, int64) { n := b.Size / 2; return make([]byte, n), slot * n }
 	for _, l := range []struct {
@@ -226,9 +228,9 @@ func (s *Session) Snapshot() (backend.Snapshot, error) {
 			*l.dst = append(*l.dst, buf)
 		}
 	}
-	rows := func(src []*Buffer, n int, width int, dst *[][]byte) error {
+	rows := func(src []*Buffer, n, width, elem int, dst *[][]byte) error {
 		for _, b := range src {
-			buf := make([]byte, 4*int64(n)*int64(width))
+			buf := make([]byte, int64(elem)*int64(n)*int64(width))
 			if err := s.copyOut(buf, b, 0); err != nil {
 				return err
 			}
@@ -237,20 +239,20 @@ func (s *Session) Snapshot() (backend.Snapshot, error) {
 		return nil
 	}
 	kvd := c.KVHeads * c.HeadDim
-	if err := rows(s.kc, sn.pos, kvd, &sn.k); err != nil {
+	if err := rows(s.kc, sn.pos, kvd, s.kvElem(), &sn.k); err != nil {
 		return nil, fmt.Errorf("%s: session snapshot: %w", s.pfx, err)
 	}
-	if err := rows(s.vc, sn.pos, kvd, &sn.v); err != nil {
+	if err := rows(s.vc, sn.pos, kvd, s.kvElem(), &sn.v); err != nil {
 		return nil, fmt.Errorf("%s: session snapshot: %w", s.pfx, err)
 	}
 	if sp := s.spec; sp != nil {
 		dc := &sp.d.Cfg
 		sn.d, sn.draftCtx = sp.d, int(ss.DraftContext)
 		dkv := dc.KVHeads * dc.HeadDim
-		if err := rows(sp.ctxK, sn.draftCtx, dkv, &sn.ctxK); err != nil {
+		if err := rows(sp.ctxK, sn.draftCtx, dkv, 4, &sn.ctxK); err != nil {
 			return nil, fmt.Errorf("%s: session snapshot: drafter context: %w", s.pfx, err)
 		}
-		if err := rows(sp.ctxV, sn.draftCtx, dkv, &sn.ctxV); err != nil {
+		if err := rows(sp.ctxV, sn.draftCtx, dkv, 4, &sn.ctxV); err != nil {
 			return nil, fmt.Errorf("%s: session snapshot: drafter context: %w", s.pfx, err)
 		}
 	}
@@ -264,8 +266,8 @@ func (s *Session) Snapshot() (backend.Snapshot, error) {
 // Committed, Accepted, DraftLen, PrefillLeft, Done, Error and StopAt cleared; no anchor; the
 // ring empty, RingTail = RingHead; the seed words and RoundStats kept). A snapshot taken with
 // a drafter restores into a session without one. Errors, the session unchanged: a closed
-// session, a snapshot of another backend or another loaded target, more positions than the
-// capacity, a session with a drafter and a snapshot without that drafter's context. A device
+// session, a snapshot of another backend or another loaded target, a KV cache of another type
+// (SessionOptions.KVCache), more positions than the capacity, a session with a drafter and a snapshot without that drafter's context. A device
 // error during the copies leaves the session's state undefined: the error says so, and the
 // session must be Reset or closed.
 func (s *Session) Restore(snap backend.Snapshot) error {
@@ -278,6 +280,9 @@ func (s *Session) Restore(snap backend.Snapshot) error {
 	}
 	if sn.t != s.t {
 		return errors.New("session restore: the snapshot was taken from a session of another loaded target")
+	}
+	if sn.kvBF16 != s.kvBF16() {
+		return fmt.Errorf("session restore: the snapshot's KV cache is %s, the session's %s", kvName(sn.kvBF16), kvName(s.kvBF16()))
 	}
 	if sn.pos > s.opt.Capacity {
 		return fmt.Errorf("session restore: the snapshot holds %d positions, the session's context is %d", sn.pos, s.opt.Capacity)
@@ -379,4 +384,12 @@ func (s *Session) Reset() error {
 	clear(s.ringHost.Bytes)
 	s.stats = backend.RoundStats{}
 	return nil
+}
+
+// kvName names a KV cache's element type in errors.
+func kvName(bf16 bool) string {
+	if bf16 {
+		return backend.KVBF16
+	}
+	return backend.KVFloat32
 }
