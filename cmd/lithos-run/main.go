@@ -330,7 +330,7 @@ func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generat
 		return err
 	}
 	if g.snapshot > 0 {
-		if rep.Snapshot, err = r.BenchSnapshot(ctx, g.snapshot, g.runs, g.noDraft, req.PrefillChunk); err != nil {
+		if rep.Snapshot, err = r.BenchSnapshot(ctx, g.snapshot, g.runs, g.noDraft, req.PrefillChunk, req.KVCache); err != nil {
 			return err
 		}
 	}
@@ -339,7 +339,7 @@ func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generat
 		return nil
 	}
 	w := g.stdout
-	fmt.Fprintf(w, "bundle %s, backend %s, %d threads, %d prompt tokens\n", rep.Bundle, rep.Backend, rep.Threads, rep.PromptTokens)
+	fmt.Fprintf(w, "bundle %s, backend %s, KV cache %s, %d threads, %d prompt tokens\n", rep.Bundle, rep.Backend, rep.KVCache, rep.Threads, rep.PromptTokens)
 	fmt.Fprintf(w, "floor: %s memory read bandwidth %.1f GB/s measured now; target %.1f MB per pass", rep.BandwidthOf, rep.ReadGBs, float64(rep.TargetBytesPerPass)/1e6)
 	if rep.DraftBytesPerRound > 0 {
 		fmt.Fprintf(w, ", drafter %.1f MB per round", float64(rep.DraftBytesPerRound)/1e6)

@@ -436,6 +436,15 @@ func TestBench(t *testing.T) {
 	if q := rep.Passes; !(q.PlainStep.MS > 0 && q.PlainStep.FloorMS > 0) || q.Round == nil || !(q.RoundOverVerify > 0) {
 		t.Fatalf("passes %+v", q)
 	}
+	if rep.KVCache != "f32" {
+		t.Fatalf("kv_cache %q, want f32 (the default)", rep.KVCache)
+	}
+	// A BF16 KV cache: named in the report; speculative still identical to plain.
+	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "6", "--kv-cache", "bf16", "--json")
+	var kv generate.BenchReport
+	if err := json.Unmarshal([]byte(stdout), &kv); code != 0 || err != nil || kv.KVCache != "bf16" || !kv.Identical {
+		t.Fatalf("--kv-cache bf16: exit %d, %v, stdout %s, stderr %s", code, err, stdout, stderr)
+	}
 	// --rounds-per-call changes how the steps are queued, not the tokens.
 	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "12", "--rounds-per-call", "5", "--json")
 	var k5 generate.BenchReport

@@ -1,6 +1,7 @@
 package generate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,9 @@ import (
 type BenchReport struct {
 	Bundle  string `json:"bundle"`
 	Backend string `json:"backend"`
+	// KVCache is the sessions' KV cache element type (backend.KVFloat32 or KVBF16:
+	// Request.KVCache).
+	KVCache string `json:"kv_cache"`
 	// Threads is GOMAXPROCS; ReadGBs the read bandwidth of the memory the weights live in,
 	// measured before the runs (GB = 1e9 bytes): the device's when the target measures it
 	// (BandwidthMeter: the GPU backends), else the host's (best of 5 parallel reads of 256 MiB).
@@ -151,7 +155,7 @@ func (r *Runner) Bench(ctx context.Context, req Request, runs int) (*BenchReport
 	if runs < 1 {
 		return nil, fmt.Errorf("bench: %d runs: want at least 1", runs)
 	}
-	rep := &BenchReport{Bundle: r.Bundle.Dir, Backend: r.Backend.Name(), Threads: runtime.GOMAXPROCS(0)}
+	rep := &BenchReport{Bundle: r.Bundle.Dir, Backend: r.Backend.Name(), KVCache: cmp.Or(req.KVCache, backend.KVFloat32), Threads: runtime.GOMAXPROCS(0)}
 	if m, ok := r.Target.(BandwidthMeter); ok {
 		gbs, err := m.ReadBandwidthGBs()
 		if err != nil {
@@ -368,15 +372,16 @@ type SnapshotReport struct {
 // BenchSnapshot opens a session of its own, of capacity tokens + 1 (plus the draft block with
 // the draft head, which it has when the runner has one and noDraft is false; the request's
 // context length does not apply), prefills tokens token ids without sampling (ids spread over
-// the vocabulary) in chunks of prefillChunk rows (0: the backend's default), then takes runs
+// the vocabulary) in chunks of prefillChunk rows (0: the backend's default) into a KV cache of
+// kvCache's type (backend.SessionOptions.KVCache; "" = float32), then takes runs
 // snapshots and runs restores of the last one, each timed alone, and reports the best of each.
 // Errors: tokens or runs < 1, a capacity past MaxContext, a backend whose sessions cannot
 // snapshot (backend.ErrUnsupported), the session's, ctx's.
-func (r *Runner) BenchSnapshot(ctx context.Context, tokens, runs int, noDraft bool, prefillChunk int) (*SnapshotReport, error) {
+func (r *Runner) BenchSnapshot(ctx context.Context, tokens, runs int, noDraft bool, prefillChunk int, kvCache string) (*SnapshotReport, error) {
 	if tokens < 1 || runs < 1 {
 		return nil, fmt.Errorf("bench snapshot: %d tokens, %d runs: want at least 1 of each", tokens, runs)
 	}
-	opt := backend.SessionOptions{Capacity: tokens + 1, EOS: r.EOS, Sampling: sample.Params{TopP: 1}, PrefillChunk: prefillChunk}
+	opt := backend.SessionOptions{Capacity: tokens + 1, EOS: r.EOS, Sampling: sample.Params{TopP: 1}, PrefillChunk: prefillChunk, KVCache: kvCache}
 	if r.Draft != nil && !noDraft {
 		opt.Drafter = r.Draft
 		opt.Capacity += r.Draft.BlockSize()

@@ -18,7 +18,7 @@ func TestBenchSnapshot(t *testing.T) {
 	ctx := context.Background()
 	cfg := r.Target.Config()
 	for _, n := range []int{1, 40} {
-		rep, err := r.BenchSnapshot(ctx, n, 2, false, 0)
+		rep, err := r.BenchSnapshot(ctx, n, 2, false, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,13 +36,13 @@ func TestBenchSnapshot(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ tokens, runs int }{{0, 1}, {4, 0}, {MaxContext, 1}} {
-		if _, err := r.BenchSnapshot(ctx, c.tokens, c.runs, false, 0); err == nil || !strings.Contains(err.Error(), "bench snapshot") {
+		if _, err := r.BenchSnapshot(ctx, c.tokens, c.runs, false, 0, ""); err == nil || !strings.Contains(err.Error(), "bench snapshot") {
 			t.Errorf("%d tokens, %d runs: err %v", c.tokens, c.runs, err)
 		}
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := r.BenchSnapshot(cancelled, 8, 1, false, 0); !errors.Is(err, context.Canceled) {
+	if _, err := r.BenchSnapshot(cancelled, 8, 1, false, 0, ""); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: err %v, want context.Canceled", err)
 	}
 }
