@@ -123,6 +123,7 @@ type genFlags struct {
 	bench                      bool
 	runs                       int
 	snapshot                   int
+	promptTokens               int
 
 	stdout, stderr io.Writer
 	code           int
@@ -213,6 +214,12 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	}
 	if g.bench && g.snapshot < 0 {
 		return fmt.Errorf("--snapshot %d: want a token count (0 = off)", g.snapshot)
+	}
+	if g.bench && (g.promptTokens < 1 || g.promptTokens > generate.MaxContext) {
+		return fmt.Errorf("--prompt-tokens %d: want 1 … %d", g.promptTokens, generate.MaxContext)
+	}
+	if g.bench && fl.Changed("prompt-tokens") && (fl.Changed("prompt") || fl.Changed("prompt-ids")) {
+		return errors.New("--prompt-tokens makes bench's own prompt: give it or --prompt/--prompt-ids, not both")
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		return err
@@ -306,14 +313,15 @@ func newBench(g *genFlags) *cobra.Command {
 	g.register(bench)
 	bench.Flags().IntVar(&g.runs, "runs", 1, "runs of each mode (the best decode rate is reported)")
 	bench.Flags().IntVar(&g.snapshot, "snapshot", 0, "also time a prefix checkpoint: prefill this many tokens, copy the session's state out and back --runs times (0 = off)")
+	bench.Flags().IntVar(&g.promptTokens, "prompt-tokens", 32, "without --prompt or --prompt-ids: a prompt of this many token ids spread over the vocabulary (a long one times the passes at a long context: --kv-cache's effect)")
 	bench.Flags().Lookup("max-tokens").DefValue = "64"
 	return bench
 }
 
-// benchPrompt is bench's default prompt: 32 token ids spread over the vocabulary (a fixed
-// choice, so that runs compare).
-func benchPrompt(vocab int) []int32 {
-	ids := make([]int32, 32)
+// benchPrompt is bench's default prompt: n token ids spread over the vocabulary (a fixed
+// choice, so that runs compare; --prompt-tokens, 32 by default).
+func benchPrompt(vocab, n int) []int32 {
+	ids := make([]int32, n)
 	for i := range ids {
 		ids[i] = int32((i*7919 + 13) % vocab)
 	}
@@ -323,7 +331,7 @@ func benchPrompt(vocab int) []int32 {
 // runBench runs generate's Bench and prints its report.
 func (g *genFlags) runBench(ctx context.Context, r *generate.Runner, req generate.Request) error {
 	if req.PromptIDs == nil && req.Prompt == "" {
-		req.PromptIDs = benchPrompt(r.Target.Config().Vocab)
+		req.PromptIDs = benchPrompt(r.Target.Config().Vocab, g.promptTokens)
 	}
 	rep, err := r.Bench(ctx, req, g.runs)
 	if err != nil {

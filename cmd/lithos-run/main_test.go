@@ -391,6 +391,8 @@ func TestGenerateSpeculativeJSON(t *testing.T) {
 		{[]string{"serve", dir, "--kv-cache", "f16"}, "--kv-cache"},
 		{[]string{"bench", dir, "--runs", "0"}, "--runs"},
 		{[]string{"bench", dir, "--snapshot", "-1"}, "--snapshot"},
+		{[]string{"bench", dir, "--prompt-tokens", "0"}, "--prompt-tokens"},
+		{[]string{"bench", dir, "--prompt-tokens", "8", "--prompt-ids", "1,2"}, "--prompt-tokens"},
 		{[]string{dir, "--prompt-ids", "1", "--rounds-per-call", "-1"}, "--rounds-per-call"},
 		{[]string{"bench", dir, "--rounds-per-call", "65"}, "--rounds-per-call"},
 		{[]string{"serve", dir, "--rounds-per-call", "-2"}, "--rounds-per-call"},
@@ -444,6 +446,12 @@ func TestBench(t *testing.T) {
 	var kv generate.BenchReport
 	if err := json.Unmarshal([]byte(stdout), &kv); code != 0 || err != nil || kv.KVCache != "bf16" || !kv.Identical {
 		t.Fatalf("--kv-cache bf16: exit %d, %v, stdout %s, stderr %s", code, err, stdout, stderr)
+	}
+	// A longer prompt of bench's own.
+	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "4", "--prompt-tokens", "45", "--json")
+	var long generate.BenchReport
+	if err := json.Unmarshal([]byte(stdout), &long); code != 0 || err != nil || long.PromptTokens != 45 || !long.Identical {
+		t.Fatalf("--prompt-tokens 45: exit %d, %v, stdout %s, stderr %s", code, err, stdout, stderr)
 	}
 	// --rounds-per-call changes how the steps are queued, not the tokens.
 	code, stdout, stderr = runCLI("bench", dir, "--max-tokens", "12", "--rounds-per-call", "5", "--json")
