@@ -82,8 +82,12 @@ func (b blockDrafter) NewProposer(int) (Proposer, error) { return nil, nil }
 
 func TestSessionOptions(t *testing.T) {
 	ok := SessionOptions{Capacity: 10, Sampling: sample.Params{TopP: 1}, EOS: []int32{3}}
-	if err := ok.Normalize(8); err != nil || ok.PrefillChunk != DefaultPrefillChunk || ok.RingCapacity != DefaultRingCapacity || ok.DraftSampling != DraftArgmax {
+	if err := ok.Normalize(8); err != nil || ok.PrefillChunk != DefaultPrefillChunk || ok.RingCapacity != DefaultRingCapacity || ok.DraftSampling != DraftArgmax || ok.KVCache != KVFloat32 {
 		t.Fatalf("%+v, %v", ok, err)
+	}
+	bf := SessionOptions{Capacity: 10, Sampling: sample.Params{TopP: 1}, KVCache: KVBF16}
+	if err := bf.Normalize(8); err != nil || bf.KVCache != KVBF16 {
+		t.Fatalf("%+v, %v", bf, err)
 	}
 	for _, o := range []SessionOptions{
 		{Capacity: 0, Sampling: sample.Params{TopP: 1}},
@@ -96,6 +100,8 @@ func TestSessionOptions(t *testing.T) {
 		{Capacity: 4, Sampling: sample.Params{TopP: 1}, ConfidenceStop: -0.1},
 		{Capacity: 4, Sampling: sample.Params{TopP: 1}, Drafter: blockDrafter(0)},
 		{Capacity: 4, Sampling: sample.Params{TopP: 1}, Drafter: blockDrafter(MaxBlockSize + 1)},
+		{Capacity: 4, Sampling: sample.Params{TopP: 1}, KVCache: "fp8"},
+		{Capacity: 4, Sampling: sample.Params{TopP: 1}, KVCache: "BF16"},
 	} {
 		if err := o.Normalize(8); err == nil {
 			t.Errorf("%+v accepted", o)

@@ -92,7 +92,7 @@ func (s *State) Restore(sn *StateSnapshot) error {
 		return errors.New("state restore: the snapshot was taken from a state of another model")
 	}
 	if sn.kvBF16 != s.kvBF16 {
-		return fmt.Errorf("state restore: the snapshot's KV cache is %s, the state's %s", kvName(sn.kvBF16), kvName(s.kvBF16))
+		return fmt.Errorf("state restore: the snapshot's KV cache is %s, the state's %s", KVName(sn.kvBF16), KVName(s.kvBF16))
 	}
 	if sn.pos > s.capacity {
 		return fmt.Errorf("state restore: the snapshot holds %d positions, the state's capacity is %d", sn.pos, s.capacity)
@@ -136,10 +136,15 @@ func clone32(x []float32) []float32 {
 	return out
 }
 
-// kvName names a KV cache's element type in errors.
-func kvName(bf16 bool) string {
+// KVName names a KV cache's element type in errors: "bf16" or "f32" (the spellings of
+// backend.KVBF16 and KVFloat32, which this package does not import).
+func KVName(bf16 bool) string {
 	if bf16 {
-		return "BF16"
+		return "bf16"
 	}
-	return "float32"
+	return "f32"
 }
+
+// KVBF16 reports whether the copied state's KV rows are BF16-rounded (State.SetKVBF16): it
+// restores only into a state that rounds the same way.
+func (sn *StateSnapshot) KVBF16() bool { return sn.kvBF16 }

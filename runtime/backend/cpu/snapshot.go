@@ -77,8 +77,8 @@ func (s *Session) Snapshot() (backend.Snapshot, error) {
 // PrefillLeft cleared, no anchor, the ring empty (RingTail = RingHead, the sequence numbers
 // go on), the seed words and RoundStats kept. A snapshot taken with a drafter restores into a
 // session without one (the context rows are not needed). Errors, the session unchanged: a
-// closed session, a snapshot of another backend or of another loaded model, more positions than
-// the capacity, a session with a drafter and a snapshot without context rows, a context the
+// closed session, a snapshot of another backend or of another loaded model, a KV cache of
+// another type (SessionOptions.KVCache), more positions than the capacity, a session with a drafter and a snapshot without context rows, a context the
 // proposer refuses.
 func (s *Session) Restore(snap backend.Snapshot) error {
 	if s.st == nil {
@@ -94,6 +94,9 @@ func (s *Session) Restore(snap backend.Snapshot) error {
 	pos := sn.st.Pos()
 	if pos > s.opt.Capacity {
 		return fmt.Errorf("session restore: the snapshot holds %d positions, the session's context is %d", pos, s.opt.Capacity)
+	}
+	if sn.st.KVBF16() != s.st.KVBF16() {
+		return fmt.Errorf("session restore: the snapshot's KV cache is %s, the session's %s", model.KVName(sn.st.KVBF16()), model.KVName(s.st.KVBF16()))
 	}
 	// The proposer first: after it, nothing below can fail (same model, room checked).
 	if s.prop != nil {

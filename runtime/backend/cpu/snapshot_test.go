@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -310,14 +311,28 @@ func TestSnapshotRefuses(t *testing.T) {
 			}
 			return mustSnapshot(t, s2)
 		}(), "another drafter"},
+		{"another KV cache type", withDraft, func() backend.Snapshot {
+			s2 := newSession(t, dtg, backend.SessionOptions{Capacity: 64, Drafter: dsp, KVCache: backend.KVBF16})
+			if err := s2.PrefillNoSample(ctx, randomIDs(rand.New(rand.NewPCG(63, 63)), 7, 1000)); err != nil {
+				t.Fatal(err)
+			}
+			return mustSnapshot(t, s2)
+		}(), "KV cache is bf16, the session's f32"},
 	} {
 		before := *c.s.State()
+		var ctxBefore backend.Snapshot
+		if c.s.prop != nil && c.s.st.Pos() > 0 {
+			ctxBefore = mustSnapshot(t, c.s).(*Snapshot).draft // the drafter's context rows
+		}
 		err := c.s.Restore(c.snap)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 		if after := c.s.State(); after.Position != before.Position || after.Step != before.Step || c.s.st.Pos() != int(before.Position) {
 			t.Errorf("%s: a refused restore changed the session: %+v", c.name, after)
+		}
+		if ctxBefore != nil && !reflect.DeepEqual(mustSnapshot(t, c.s).(*Snapshot).draft, ctxBefore) {
+			t.Errorf("%s: a refused restore changed the drafter's context", c.name)
 		}
 	}
 	// A proposer that cannot copy its context.

@@ -219,6 +219,12 @@ func (t *Target) NewDeviceSession(opt backend.SessionOptions, replay bool) (*Ses
 	if maxCap := min(1<<24, 65535*AttnPartition); opt.Capacity > maxCap {
 		return nil, backend.Unsupported(fmt.Errorf("%s: session: context %d is more than the %s kernels take (%d positions: 65535 attention partitions of %d keys, 32-bit offsets)", t.pfx, opt.Capacity, t.Device.Name(), maxCap, AttnPartition))
 	}
+	// A BF16 cache's rows of an odd width would leave the buffers and the snapshots' copies
+	// 2 bytes off the 4-byte multiples the devices' fills and copies take (no Qwen3.5 config
+	// has one: head dims are even).
+	if opt.KVCache == backend.KVBF16 && c.KVHeads*c.HeadDim%2 != 0 {
+		return nil, backend.Unsupported(fmt.Errorf("%s: session: a BF16 KV cache of rows of %d values (KV heads × head dim): want an even count", t.pfx, c.KVHeads*c.HeadDim))
+	}
 	// The step state's Pending words hold a prefill chunk's tokens or a round's anchor and
 	// drafts (block B + 1 rows, up to MaxStepRows), as the CPU backend's.
 	tmax := max(opt.PrefillChunk, backend.DecodeRows)

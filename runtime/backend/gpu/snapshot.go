@@ -267,9 +267,9 @@ func (s *Session) Snapshot() (backend.Snapshot, error) {
 // ring empty, RingTail = RingHead; the seed words and RoundStats kept). A snapshot taken with
 // a drafter restores into a session without one. Errors, the session unchanged: a closed
 // session, a snapshot of another backend or another loaded target, a KV cache of another type
-// (SessionOptions.KVCache), more positions than the capacity, a session with a drafter and a snapshot without that drafter's context. A device
-// error during the copies leaves the session's state undefined: the error says so, and the
-// session must be Reset or closed.
+// (SessionOptions.KVCache), more positions than the capacity, a session with a drafter and a
+// snapshot without that drafter's context. A device error during the copies leaves the
+// session's state undefined: the error says so, and the session must be Reset or closed.
 func (s *Session) Restore(snap backend.Snapshot) error {
 	if s.closed {
 		return errors.New("session restore: closed")

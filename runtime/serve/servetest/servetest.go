@@ -53,6 +53,9 @@ type Target struct {
 	// OnPrefill, when set, is called after each Prefill with the text of the whole history,
 	// from the goroutine that called Prefill.
 	OnPrefill func(history string)
+	// OnSession, when set, is called by NewSession with the options it accepted (normalized),
+	// from the goroutine that called it.
+	OnSession func(opt backend.SessionOptions)
 
 	mu     sync.Mutex
 	counts Counts
@@ -100,6 +103,9 @@ func (t *Target) NewSession(opt backend.SessionOptions) (backend.Session, error)
 		return nil, err
 	}
 	t.add(func(c *Counts) { c.Sessions++ })
+	if t.OnSession != nil {
+		t.OnSession(opt)
+	}
 	s := &session{t: t, opt: opt, ss: backend.NewStepState(max(opt.PrefillChunk, backend.DecodeRows), opt.Sampling.Seed),
 		ring: backend.NewRing(opt.RingCapacity)}
 	if t.Snapshots {
