@@ -101,6 +101,9 @@ type checkKey struct {
 	// Draft tells whether the draft head was loaded, so its rounds checked (--no-draft is
 	// checked on its own).
 	Draft bool `json:"draft"`
+	// KVCache is the sessions' KV cache type when it is not the float32 default
+	// (backend.KVBF16: the check runs the BF16 kernels; "" keeps the float32 verdicts' files).
+	KVCache string `json:"kv_cache,omitempty"`
 }
 
 // verdict is a self-check's outcome, as cached (one JSON file per key).
@@ -128,15 +131,25 @@ type verdict struct {
 	BundleDir string    `json:"bundle_dir"`
 }
 
-// key returns the runner's check key (its backend, device, the executable and the bundle).
-// Errors: the executable cannot be read, the manifest cannot be encoded.
-func (r *Runner) key() (checkKey, error) {
-	return keyFor(r.Bundle, r.Backend.Name(), deviceName(r.Target), r.Draft != nil)
+// key returns the runner's check key (its backend, device, the executable and the bundle) for
+// sessions with a KV cache of type kv (checkKV). Errors: the executable cannot be read, the
+// manifest cannot be encoded.
+func (r *Runner) key(kv string) (checkKey, error) {
+	return keyFor(r.Bundle, r.Backend.Name(), deviceName(r.Target), r.Draft != nil, kv)
+}
+
+// checkKV is the KV cache type the self-check runs for the sessions opt describes:
+// backend.KVBF16 when they ask for it, else "" (float32).
+func checkKV(opt Options) string {
+	if opt.Session != nil && opt.Session.KVCache == backend.KVBF16 {
+		return backend.KVBF16
+	}
+	return ""
 }
 
 // keyFor is the check key of a target of backend on device (deviceName's string) for bundle b,
-// with or without its draft head.
-func keyFor(b *bundle.Bundle, backend, device string, draft bool) (checkKey, error) {
+// with or without its draft head, for KV caches of type kv (checkKV).
+func keyFor(b *bundle.Bundle, backend, device string, draft bool, kv string) (checkKey, error) {
 	exe, err := executableHash()
 	if err != nil {
 		return checkKey{}, err
@@ -147,7 +160,7 @@ func keyFor(b *bundle.Bundle, backend, device string, draft bool) (checkKey, err
 	}
 	h := sha256.Sum256(m)
 	return checkKey{Version: selfCheckVersion, Backend: backend, Device: device,
-		Executable: exe, Bundle: hex.EncodeToString(h[:]), Draft: draft}, nil
+		Executable: exe, Bundle: hex.EncodeToString(h[:]), Draft: draft, KVCache: kv}, nil
 }
 
 // cachedFailure returns the cached verdict and its file when the self-check of a target of
@@ -158,7 +171,7 @@ func cachedFailure(b *bundle.Bundle, opt Options, mode, backend, device string, 
 	if mode != SelfCheckOn {
 		return nil, ""
 	}
-	key, err := keyFor(b, backend, device, draft)
+	key, err := keyFor(b, backend, device, draft, checkKV(opt))
 	if err != nil {
 		return nil, ""
 	}
@@ -302,7 +315,8 @@ func removeStaleTemps(dir string, now time.Time) {
 // path is the verdict file ("" when verdicts cannot be cached: no cache directory, the
 // executable unreadable). Errors are the check's (selfCheck).
 func (r *Runner) firstUseCheck(ctx context.Context, opt Options, mode string, ref backend.Backend) (v *verdict, path string, cached bool, err error) {
-	key, kerr := r.key()
+	kv := checkKV(opt)
+	key, kerr := r.key(kv)
 	dir := opt.SelfCheckDir
 	var derr error
 	if dir == "" {
@@ -321,7 +335,7 @@ func (r *Runner) firstUseCheck(ctx context.Context, opt Options, mode string, re
 			return v, path, true, nil
 		}
 	}
-	if v, err = selfCheck(ctx, r.Bundle, r.Target, r.Draft, ref); err != nil {
+	if v, err = selfCheck(ctx, r.Bundle, r.Target, r.Draft, ref, kv); err != nil {
 		return nil, "", false, err
 	}
 	v.Key, v.Checked, v.BundleDir = key, time.Now().UTC(), r.Bundle.Dir
@@ -348,15 +362,16 @@ func (e *gpuSideError) Error() string { return "self-check: GPU: " + e.err.Error
 func (e *gpuSideError) Unwrap() error { return e.err }
 
 // selfCheck runs the check of g (a GPU target of b, with its draft head gd or nil) against
-// ref's target of the same bundle (runSelfCheck). A difference is a failed verdict; so is an
+// ref's target of the same bundle (runSelfCheck), every session of both with a KV cache of type
+// kv (backend.KVBF16, or "" for float32). A difference is a failed verdict; so is an
 // error of the GPU's side (a kernel fault, a command-buffer error, a wait that gave up:
 // gpu.ErrDeviceBusy, a session whose Close fails), recorded in the verdict's Error and Detail.
 // Other errors are returned, wrapped as "self-check: <backend>: …": ref cannot load the bundle,
 // a session or step of ref fails, ctx is done (on either side).
-func selfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backend.Drafter, ref backend.Backend) (*verdict, error) {
+func selfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backend.Drafter, ref backend.Backend, kv string) (*verdict, error) {
 	start := time.Now()
 	v := &verdict{Tolerance: SelfCheckTolerance}
-	err := runSelfCheck(ctx, b, g, gd, ref, v)
+	err := runSelfCheck(ctx, b, g, gd, ref, kv, v)
 	v.Seconds = time.Since(start).Seconds()
 	if err == nil {
 		return v, nil
@@ -380,7 +395,7 @@ func selfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backe
 // greedy run continued as far (compareRounds). It sets v.Pass only when every session closed
 // without an error. A difference sets v.Detail and returns nil; errors are the sessions' (a
 // gpuSideError for g's) and ref's Load.
-func runSelfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backend.Drafter, ref backend.Backend, v *verdict) (err error) {
+func runSelfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backend.Drafter, ref backend.Backend, kv string, v *verdict) (err error) {
 	refName := ref.Name()
 	fail := func(format string, a ...any) error {
 		v.Detail = fmt.Sprintf(format, a...)
@@ -415,6 +430,7 @@ func runSelfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd ba
 	}()
 	newSession := func(t backend.Target, gpuSide bool, name string, opt backend.SessionOptions) (*checkSession, error) {
 		s := &checkSession{gpu: gpuSide, name: name}
+		opt.KVCache = kv // both sides' caches of the same type: the CPU's is the reference
 		ss, err := t.NewSession(opt)
 		if err != nil {
 			return nil, s.wrap(fmt.Errorf("session: %w", err))
