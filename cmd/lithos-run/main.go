@@ -221,6 +221,9 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	if g.bench && fl.Changed("prompt-tokens") && (fl.Changed("prompt") || fl.Changed("prompt-ids")) {
 		return errors.New("--prompt-tokens makes bench's own prompt: give it or --prompt/--prompt-ids, not both")
 	}
+	if g.bench && !fl.Changed("prompt") && !fl.Changed("prompt-ids") && g.context > 0 && g.promptTokens >= g.context {
+		return fmt.Errorf("--prompt-tokens %d leaves no room in --context %d", g.promptTokens, g.context)
+	}
 	if err := req.Sampling.Validate(); err != nil {
 		return err
 	}
@@ -293,7 +296,7 @@ func newBench(g *genFlags) *cobra.Command {
 	bench := &cobra.Command{
 		Use:   "bench BUNDLE",
 		Short: "Measure plain decoding and speculative rounds against the memory-bandwidth floor",
-		Long: "Generate from the prompt (--prompt/--prompt-ids; default 32 fixed token ids) twice: without and with the\n" +
+		Long: "Generate from the prompt (--prompt/--prompt-ids; default --prompt-tokens 32 fixed token ids) twice: without and with the\n" +
 			"bundle's draft head, each --runs times (the best decode rate kept), and report for each: decode tok/s,\n" +
 			"target passes, tokens per pass, and the floor measured in the same run — the tok/s the passes would\n" +
 			"reach if each were bound by reading its bytes (manifest: target weights per pass, drafter weights per\n" +

@@ -393,6 +393,7 @@ func TestGenerateSpeculativeJSON(t *testing.T) {
 		{[]string{"bench", dir, "--snapshot", "-1"}, "--snapshot"},
 		{[]string{"bench", dir, "--prompt-tokens", "0"}, "--prompt-tokens"},
 		{[]string{"bench", dir, "--prompt-tokens", "8", "--prompt-ids", "1,2"}, "--prompt-tokens"},
+		{[]string{"bench", filepath.Join(t.TempDir(), "none"), "--prompt-tokens", "64", "--context", "64"}, "--prompt-tokens"},
 		{[]string{dir, "--prompt-ids", "1", "--rounds-per-call", "-1"}, "--rounds-per-call"},
 		{[]string{"bench", dir, "--rounds-per-call", "65"}, "--rounds-per-call"},
 		{[]string{"serve", dir, "--rounds-per-call", "-2"}, "--rounds-per-call"},

@@ -12,6 +12,7 @@
 package generate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -131,7 +132,9 @@ type Options struct {
 	// NoDraft leaves the bundle's draft head out: not loaded, not checked against the target.
 	NoDraft bool
 	// Session describes the sessions the caller will open: their Sampling, DraftSampling,
-	// ConfidenceStop and PrefillChunk (Capacity, EOS, RingCapacity and Drafter are OpenWith's:
+	// ConfidenceStop, PrefillChunk and KVCache — the cache type auto's self-check runs (nil:
+	// float32; sessions later opened with another type run kernels the check did not) —
+	// (Capacity, EOS, RingCapacity and Drafter are OpenWith's:
 	// a small context, the bundle's EOS ids and draft head). With "auto", a GPU backend is
 	// kept only when it opens such a session; one that refuses it (backend.ErrUnsupported:
 	// sampled drafts, the min(1, p/q) rule, at temperature > 0) is passed over. Nil: greedy
@@ -227,7 +230,7 @@ func openWith(ctx context.Context, dir string, opt Options, cs []candidate) (*Ru
 			// passes it over before its weights are loaded (minutes for a 27B).
 			if v, path := cachedFailure(b, opt, mode, name, device, !opt.NoDraft && b.Manifest.Draft != nil); v != nil {
 				log.Warn(failedCheckMessage(name, true, cs[len(cs)-1].be.Name(), cs[i+1].be.Name()),
-					"reason", v.Detail, "verdict_file", path, "checked_at", v.Checked.Format(time.RFC3339))
+					"reason", v.Detail, "kv_cache", cmp.Or(v.Key.KVCache, backend.KVFloat32), "verdict_file", path, "checked_at", v.Checked.Format(time.RFC3339))
 				continue
 			}
 		}
@@ -287,7 +290,7 @@ func (r *Runner) checkGPU(ctx context.Context, opt Options, mode string, ref bac
 	if err != nil {
 		return nil, err
 	}
-	attrs := []any{"verdict_file", path}
+	attrs := []any{"kv_cache", cmp.Or(v.Key.KVCache, backend.KVFloat32), "verdict_file", path}
 	if cached {
 		attrs = append(attrs, "checked_at", v.Checked.Format(time.RFC3339))
 	} else {

@@ -102,7 +102,8 @@ type checkKey struct {
 	// checked on its own).
 	Draft bool `json:"draft"`
 	// KVCache is the sessions' KV cache type when it is not the float32 default
-	// (backend.KVBF16: the check runs the BF16 kernels; "" keeps the float32 verdicts' files).
+	// (backend.KVBF16: the check runs the BF16 kernels); omitted for float32, whose keys'
+	// JSON is then what it was before the field (no selfCheckVersion bump was needed).
 	KVCache string `json:"kv_cache,omitempty"`
 }
 

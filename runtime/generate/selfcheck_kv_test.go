@@ -62,3 +62,41 @@ func TestSelfCheckKVBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestSelfCheckKVBF16Failure: a GPU whose BF16-cache sessions give wrong tokens (its float32
+// ones right) fails the BF16 check, and that failure is cached under the BF16 key: opened
+// again with the BF16 cache, auto passes it over before loading it; opened with the float32
+// cache, it is checked on its own, passes, and is kept.
+func TestSelfCheckKVBF16Failure(t *testing.T) {
+	dir := draftFixture(t, "b", pack.DraftBF16, 1)
+	cache := t.TempDir()
+	g := &fakeGPU{wrap: func(s backend.Session, opt backend.SessionOptions, vocab int) backend.Session {
+		if opt.KVCache == backend.KVBF16 {
+			return shift(s, opt, vocab)
+		}
+		return s
+	}}
+	open := func(kv string) *Runner {
+		var logs bytes.Buffer
+		so := &backend.SessionOptions{Sampling: greedy, KVCache: kv}
+		r, err := openWith(context.Background(), dir, Options{Session: so, SelfCheckDir: cache, Log: logTo(&logs, 0)}, autoCands(g, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	if r := open(backend.KVBF16); r.Backend.Name() != "cpu" {
+		t.Fatalf("BF16 cache with wrong tokens: auto kept %s", r.Backend.Name())
+	}
+	if _, v := onlyVerdict(t, cache); v.Pass || v.Key.KVCache != backend.KVBF16 {
+		t.Fatalf("verdict %+v: want a failure keyed by the BF16 cache", v)
+	}
+	loads := g.loads
+	if r := open(backend.KVBF16); r.Backend.Name() != "cpu" || g.loads != loads {
+		t.Fatalf("BF16 cache again: backend %s after %d GPU loads (%d before): want the cached failure, no load", r.Backend.Name(), g.loads, loads)
+	}
+	if r := open(""); r.Backend.Name() != "fakegpu" {
+		t.Fatalf("float32 cache: auto chose %s: want the GPU, whose float32 sessions are right", r.Backend.Name())
+	}
+}
