@@ -233,8 +233,8 @@ func (g *genFlags) run(cmd *cobra.Command, dir string) error {
 	if !(g.confidenceStop >= 0 && g.confidenceStop <= 1) {
 		return fmt.Errorf("--confidence-stop %v: want a number in [0, 1] (0 = off)", g.confidenceStop)
 	}
-	if g.kvCache != backend.KVFloat32 && g.kvCache != backend.KVBF16 {
-		return fmt.Errorf("--kv-cache %q: want %s or %s", g.kvCache, backend.KVFloat32, backend.KVBF16)
+	if err := checkKVCache(g.kvCache); err != nil {
+		return err
 	}
 	req.DraftSampling, req.ConfidenceStop, req.KVCache = g.draftSampling, g.confidenceStop, g.kvCache
 	ctx := cmd.Context()
@@ -319,6 +319,15 @@ func newBench(g *genFlags) *cobra.Command {
 	bench.Flags().IntVar(&g.promptTokens, "prompt-tokens", 32, "without --prompt or --prompt-ids: a prompt of this many token ids spread over the vocabulary (a long one times the passes at a long context: --kv-cache's effect)")
 	bench.Flags().Lookup("max-tokens").DefValue = "64"
 	return bench
+}
+
+// checkKVCache refuses a --kv-cache value other than f32 and bf16 (generate, bench, serve),
+// before the bundle loads.
+func checkKVCache(kv string) error {
+	if kv != backend.KVFloat32 && kv != backend.KVBF16 {
+		return fmt.Errorf("--kv-cache %q: want %s or %s", kv, backend.KVFloat32, backend.KVBF16)
+	}
+	return nil
 }
 
 // benchPrompt is bench's default prompt: n token ids spread over the vocabulary (a fixed
