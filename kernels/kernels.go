@@ -502,16 +502,17 @@ func buildRegistry() []Kernel {
 		Buffers: []Buffer{f32("x", false), weight("w", "f32"), f32("state", true), f32("y", true),
 			f32("ax", false), weight("aw", "u16"), weight("anw", "f32"), weight("ars", "f32"), f32("ay", true)}}) // ABOut 0: the last five may be any buffers
 	// The attention kernels over float32 caches and, _bf16, over BF16 ones (KV_T; AttnKernels).
-	for _, kv := range []string{"f32", "u16"} {
-		suffix := map[string]string{"f32": "", "u16": "_bf16"}[kv]
+	caches := []struct{ elem, suffix string }{{"f32", ""}, {"u16", "_bf16"}}
+	for _, c := range caches {
+		kv, suffix := c.elem, c.suffix
 		ks = append(ks, Kernel{Name: "lithos_attn_partial" + suffix, Op: "attn_partial", Threads: 128, Params: AttnParams{}, CtlRW: true,
 			Defines: map[string]string{"KV_T": kv},
 			Buffers: []Buffer{f32("q", false), buf("kc", kv, false), buf("vc", kv, false), f32("pm", true), f32("pl", true), f32("po", true)}})
 	}
 	ks = append(ks, Kernel{Name: "lithos_attn_merge", Op: "attn_merge", Threads: 128, Params: AttnParams{}, CtlRW: true,
 		Buffers: []Buffer{f32("pm", false), f32("pl", false), f32("po", false), f32("gate", false), f32("out", true)}}) // Gate 0: gate may be any buffer
-	for _, kv := range []string{"f32", "u16"} {
-		suffix := map[string]string{"f32": "", "u16": "_bf16"}[kv]
+	for _, c := range caches {
+		kv, suffix := c.elem, c.suffix
 		ks = append(ks, Kernel{Name: "lithos_attn_prep" + suffix, Op: "attn_prep", Threads: attnPrepThreads, Params: AttnPrepParams{}, CtlRW: true,
 			Defines: map[string]string{"PREP_REG": fmt.Sprintf("%du", attnPrepReg)},
 			Buffers: []Buffer{f32("x", false), weight("qw", "f32"), weight("kw", "f32"), weight("inv_freq", "f32"),

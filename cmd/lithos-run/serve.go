@@ -111,10 +111,11 @@ func (f *serveFlags) run(ctx context.Context, g *genFlags, dir string) error {
 		return fmt.Errorf("--draft-sampling %q: want argmax or sample", f.draftSampling)
 	case !(f.confidenceStop >= 0 && f.confidenceStop <= 1):
 		return fmt.Errorf("--confidence-stop %v: want a number in [0, 1]", f.confidenceStop)
-	case checkKVCache(f.kvCache) != nil:
-		return checkKVCache(f.kvCache)
 	case !(f.checkpointGB >= 0 && f.checkpointGB <= 1e6):
 		return fmt.Errorf("--checkpoint-gb %v: want a number of GB in [0, 1e6] (0 = no bound)", f.checkpointGB)
+	}
+	if err := checkKVCache(f.kvCache); err != nil {
+		return err
 	}
 	key := f.apiKey
 	if key == "" {

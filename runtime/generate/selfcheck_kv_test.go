@@ -16,7 +16,7 @@ import (
 // first-use self-check runs every GPU session — the probe and the check's — with it, passes
 // (the CPU reference rounds the same way), and caches its verdict under a key that names the
 // cache type; the float32 cache's verdict is another file, checked on its own, and its key's
-// JSON has no kv_cache field (the files of verdicts cached before the field keep their names).
+// JSON has no kv_cache field (the float32 key is what it was without the field).
 func TestSelfCheckKVBF16(t *testing.T) {
 	dir := draftFixture(t, "b", pack.DraftBF16, 1)
 	cache := t.TempDir()
@@ -25,29 +25,19 @@ func TestSelfCheckKVBF16(t *testing.T) {
 		kvs = append(kvs, opt.KVCache)
 		return s
 	}}
-	open := func(kv string) *Runner {
-		var logs bytes.Buffer
-		so := &backend.SessionOptions{Sampling: greedy, KVCache: kv}
-		r, err := openWith(context.Background(), dir, Options{Session: so, SelfCheckDir: cache, Log: logTo(&logs, 0)}, autoCands(g, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		if r.Backend.Name() != "fakegpu" {
-			t.Fatalf("KV cache %q: auto chose %s: %s", kv, r.Backend.Name(), logs.String())
-		}
-		return r
+	if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "fakegpu" {
+		t.Fatalf("BF16 cache: auto chose %s", r.Backend.Name())
 	}
-	open(backend.KVBF16)
 	if len(kvs) != 3 || slices.IndexFunc(kvs, func(k string) bool { return k != backend.KVBF16 }) >= 0 {
 		t.Fatalf("GPU sessions' KV caches %q: want bf16 for the probe and both check sessions", kvs)
 	}
-	_, v := onlyVerdict(t, cache)
-	if !v.Pass || v.Key.KVCache != backend.KVBF16 {
+	if _, v := onlyVerdict(t, cache); !v.Pass || v.Key.KVCache != backend.KVBF16 {
 		t.Fatalf("verdict %+v: want a pass keyed by the BF16 cache", v)
 	}
 	kvs = nil
-	open("")
+	if r := openKV(t, dir, cache, g, ""); r.Backend.Name() != "fakegpu" {
+		t.Fatalf("float32 cache: auto chose %s", r.Backend.Name())
+	}
 	if len(kvs) != 3 || slices.IndexFunc(kvs, func(k string) bool { return k != "" && k != backend.KVFloat32 }) >= 0 {
 		t.Fatalf("float32 cache after a BF16 verdict: GPU sessions' KV caches %q: want a check of its own (3 sessions, f32)", kvs)
 	}
@@ -76,27 +66,31 @@ func TestSelfCheckKVBF16Failure(t *testing.T) {
 		}
 		return s
 	}}
-	open := func(kv string) *Runner {
-		var logs bytes.Buffer
-		so := &backend.SessionOptions{Sampling: greedy, KVCache: kv}
-		r, err := openWith(context.Background(), dir, Options{Session: so, SelfCheckDir: cache, Log: logTo(&logs, 0)}, autoCands(g, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
-	}
-	if r := open(backend.KVBF16); r.Backend.Name() != "cpu" {
+	if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "cpu" {
 		t.Fatalf("BF16 cache with wrong tokens: auto kept %s", r.Backend.Name())
 	}
 	if _, v := onlyVerdict(t, cache); v.Pass || v.Key.KVCache != backend.KVBF16 {
 		t.Fatalf("verdict %+v: want a failure keyed by the BF16 cache", v)
 	}
 	loads := g.loads
-	if r := open(backend.KVBF16); r.Backend.Name() != "cpu" || g.loads != loads {
+	if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "cpu" || g.loads != loads {
 		t.Fatalf("BF16 cache again: backend %s after %d GPU loads (%d before): want the cached failure, no load", r.Backend.Name(), g.loads, loads)
 	}
-	if r := open(""); r.Backend.Name() != "fakegpu" {
+	if r := openKV(t, dir, cache, g, ""); r.Backend.Name() != "fakegpu" {
 		t.Fatalf("float32 cache: auto chose %s: want the GPU, whose float32 sessions are right", r.Backend.Name())
 	}
+}
+
+// openKV opens dir under auto with g as the GPU, verdicts in cache, for greedy sessions with a
+// KV cache of type kv (Options.Session).
+func openKV(t *testing.T, dir, cache string, g *fakeGPU, kv string) *Runner {
+	t.Helper()
+	so := &backend.SessionOptions{Sampling: greedy, KVCache: kv}
+	var logs bytes.Buffer
+	r, err := openWith(context.Background(), dir, Options{Session: so, SelfCheckDir: cache, Log: logTo(&logs, 0)}, autoCands(g, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }

@@ -329,11 +329,11 @@ func BundleName(dir string) string {
 
 // StateBytes is the memory of one sequence's state on the CPU backend for context positions
 // (runtime/model.State, float32 whatever SessionOptions.KVCache; a GPU session with a BF16
-// cache holds half the KV bytes, so for it this over-counts, on the safe side): per attention layer K and V rows of KVHeads·HeadDim
-// (8·KVHeads·HeadDim bytes per position), per GDN layer two slots of the recurrent state
-// [VHeads, KDim, VDim] and of the conv state [ConvKernel−1, ConvDim]. It is what a parked
-// session holds; a snapshot at P positions holds model.SnapshotBytes(c, P) (one GDN slot, P
-// KV rows) plus the drafter's context rows.
+// cache holds half the KV bytes, so for it this over-counts, on the safe side): per attention
+// layer K and V rows of KVHeads·HeadDim (8·KVHeads·HeadDim bytes per position), per GDN layer
+// two slots of the recurrent state [VHeads, KDim, VDim] and of the conv state [ConvKernel−1,
+// ConvDim]. It is what a parked session holds; a snapshot at P positions holds
+// model.SnapshotBytes(c, P) (one GDN slot, P KV rows) plus the drafter's context rows.
 func StateBytes(c *model.Config, context int) int64 {
 	kv := int64(c.Count(model.Attention)) * int64(context) * int64(c.KVHeads*c.HeadDim) * 8
 	gdn := int64(c.Count(model.GDN)) * 2 * int64(c.VHeads*c.KDim*c.VDim+(c.ConvKernel-1)*c.ConvDim()) * 4

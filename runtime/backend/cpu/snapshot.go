@@ -78,8 +78,8 @@ func (s *Session) Snapshot() (backend.Snapshot, error) {
 // go on), the seed words and RoundStats kept. A snapshot taken with a drafter restores into a
 // session without one (the context rows are not needed). Errors, the session unchanged: a
 // closed session, a snapshot of another backend or of another loaded model, a KV cache of
-// another type (SessionOptions.KVCache), more positions than the capacity, a session with a drafter and a snapshot without context rows, a context the
-// proposer refuses.
+// another type (SessionOptions.KVCache), more positions than the capacity, a session with a
+// drafter and a snapshot without context rows, a context the proposer refuses.
 func (s *Session) Restore(snap backend.Snapshot) error {
 	if s.st == nil {
 		return errors.New("session restore: closed")

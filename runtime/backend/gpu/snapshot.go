@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"lithos/runtime/backend"
+	"lithos/runtime/model"
 )
 
 // The optional session capabilities of the contract (runtime/backend: Snapshotter,
@@ -282,7 +283,7 @@ func (s *Session) Restore(snap backend.Snapshot) error {
 		return errors.New("session restore: the snapshot was taken from a session of another loaded target")
 	}
 	if sn.kvBF16 != s.kvBF16() {
-		return fmt.Errorf("session restore: the snapshot's KV cache is %s, the session's %s", kvName(sn.kvBF16), kvName(s.kvBF16()))
+		return fmt.Errorf("session restore: the snapshot's KV cache is %s, the session's %s", model.KVName(sn.kvBF16), model.KVName(s.kvBF16()))
 	}
 	if sn.pos > s.opt.Capacity {
 		return fmt.Errorf("session restore: the snapshot holds %d positions, the session's context is %d", sn.pos, s.opt.Capacity)
@@ -384,12 +385,4 @@ func (s *Session) Reset() error {
 	clear(s.ringHost.Bytes)
 	s.stats = backend.RoundStats{}
 	return nil
-}
-
-// kvName names a KV cache's element type in errors.
-func kvName(bf16 bool) string {
-	if bf16 {
-		return backend.KVBF16
-	}
-	return backend.KVFloat32
 }
