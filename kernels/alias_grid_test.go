@@ -73,9 +73,9 @@ func TestCUDARestrict(t *testing.T) {
 		}
 	}
 	// The weight tables are restrict: rmsnorm w, the BLM variants of both layouts × (w, scales),
-	// the two MMA-layout kernels' w and scales, conv w and its in_proj_ab's aw, anw, ars, gather
+	// the four MMA-layout kernels' (two formats, one and two tiles) w and scales, conv w and its in_proj_ab's aw, anw, ars, gather
 	// table, rope_scaled inv_freq, attn_prep's qw, kw and inv_freq (both its cache types).
-	if want := 1 + 2*len(blmFormats)*len(BLMRowVariants)*2 + 2*2 + 4 + 1 + 1 + 2*3; restricted != want {
+	if want := 1 + 2*len(blmFormats)*len(BLMRowVariants)*2 + 2*2*BLMXMaxTiles + 4 + 1 + 1 + 2*3; restricted != want {
 		t.Errorf("%d restrict buffers in Source(CUDA), want %d (the weight tables)", restricted, want)
 	}
 	for name, bufs := range aliasable {

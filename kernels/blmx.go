@@ -32,13 +32,18 @@ const BLMXThreads = 512
 // multiprocessor holds one threadgroup.
 const BLMXShared = 224 << 10
 
-// BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes: the simdgroups' token
-// maxima and Σx² partials ((BLMXThreads/32)·8 words each), the part's 8 Σx² (Norm) and, with
-// Push, every rank's 8 (BLMMaxClusters·8 words) and the receive barrier (8 bytes; both only
-// where the kernels are built with clusters, BLM_CLUSTER). A device needs
-// BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels (1,320 at 512
-// threads).
-const BLMXStatic = 2*(BLMXThreads/32)*8*4 + 8*4 + BLMMaxClusters*8*4 + 8
+// BLMXStatic is the static threadgroup memory of ops/blmx.kern in bytes, for the kernels of
+// BLMXMaxTiles tiles (the one-tile kernels take half of the arrays): per tile the simdgroups'
+// token maxima and Σx² partials ((BLMXThreads/32)·8 words each), the part's 8 Σx² (Norm) and,
+// with Push, every rank's 8 (BLMMaxClusters·8 words); and the receive barrier (8 bytes; the
+// ranks' Σx² and it only where the kernels are built with clusters, BLM_CLUSTER). A device
+// needs BLMXShared + BLMXStatic bytes per threadgroup for the MMA-layout kernels (2,632 at
+// 512 threads; the H100/H200 allow 232,448 in all).
+const BLMXStatic = BLMXMaxTiles*(2*(BLMXThreads/32)*8*4+8*4+BLMMaxClusters*8*4) + 8
+
+// BLMXMaxTiles is the most tiles of 8 activation rows one threadgroup of an MMA-layout kernel
+// multiplies (BLMXParams.Tiles): 2, the lithos_blmx_*_t2 kernels of 9–16 rows.
+const BLMXMaxTiles = 2
 
 // blmxChunk returns, for a format with an MMA-layout kernel, the MMA k-steps (16 columns) per
 // chunk (one 16-byte load per lane) and the chunk's bytes (NVFP4: 512 of codes and 64 of
@@ -233,6 +238,10 @@ type BLMXDevice struct {
 	// ClusterFirst is the cluster size NewBLMXParams tries first, for both formats (2, 4 or
 	// 8; A/B runs: LITHOS_CUDA_CLUSTER_FIRST on CUDA); 0 takes each format's (blmxOrder).
 	ClusterFirst int
+	// OneTile makes NewBLMXParams's products of 9–16 rows one tile per threadgroup (two
+	// threadgroups per K part, each loading and decoding the weights), as before the two-tile
+	// kernels (A/B runs: LITHOS_CUDA_TILES=1 on CUDA).
+	OneTile bool
 }
 
 // blmxOrder is the order in which NewBLMXParams tries cluster sizes for format fc on d: FP8
@@ -286,7 +295,8 @@ func (d BLMXDevice) Groups(c int) (int, bool) {
 // (2), the kernel's; Blocks = ⌈N/16⌉, Chunks = BLMXChunks. The work split (NewBLMXParams):
 // Groups clusters of Cl threadgroups (K in Cl parts of PartChunks chunks, the last one
 // shorter), cluster g over blocks [g·Blocks/Groups, (g+1)·Blocks/Groups); Slots partial-sum
-// slots per simdgroup in threadgroup memory. Rows ≤ 16 in tiles of 8 (grid y). The staging
+// slots per simdgroup in threadgroup memory. Rows ≤ 16 in tiles of 8, Tiles of them per
+// threadgroup (grid y: ⌈Rows/(8·Tiles)⌉ threadgroups per K part and cluster). The staging
 // loads each lane's four activations of a k-step with one 16-byte load where x (and, with
 // Norm, the norm's weights) is 16-byte aligned and LdX a multiple of 4; otherwise (K not a
 // multiple of 4 with LdX = K, an offset x) with four scalar loads — the same products, a slower
@@ -322,12 +332,19 @@ type BLMXParams struct {
 	// have. The sums of an output differ between the two in rounding only; each is fixed by the
 	// shape and the split.
 	Push uint32
+	// Tiles is the tiles of 8 rows one threadgroup multiplies (1 or BLMXMaxTiles), the
+	// kernel's own (BLMXKernelTiles; a record of other tiles makes the kernel report
+	// GuardBLMXTiles). With 2 each weight is loaded and decoded once for 16 rows instead of
+	// once per tile, and the threadgroup memory holds both tiles' activations, slots and
+	// receive areas (so the split may differ from one tile's: NewBLMXParams).
+	Tiles uint32
 }
 
 // Grid is Groups·Cl threadgroups along x (cluster g is threadgroups g·Cl … g·Cl + Cl − 1) and
-// ⌈Rows/8⌉ tiles of 8 tokens along y.
+// ⌈Rows/(8·Tiles)⌉ along y, each Tiles tiles of 8 tokens.
 func (p BLMXParams) Grid() [3]uint32 {
-	return [3]uint32{p.Groups * max(p.Cl, 1), (p.Rows + 7) / 8, 1}
+	r := 8 * max(p.Tiles, 1)
+	return [3]uint32{p.Groups * max(p.Cl, 1), (p.Rows + r - 1) / r, 1}
 }
 
 // ClusterDims is the thread-block cluster of the launch: (Cl, 1, 1).
@@ -360,8 +377,9 @@ type blmxGeom struct {
 	blocksPerCl int64 // the most blocks of one cluster
 }
 
-// blmxShape computes blmxGeom for a split; ok is false for a format without a kernel.
-func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool) {
+// blmxShape computes blmxGeom for a split of threadgroups of tiles tiles; ok is false for a
+// format without a kernel.
+func blmxShape(format, blocks, chunks, part, cl, groups, tiles uint32) (blmxGeom, bool) {
 	var f formats.Format
 	switch format {
 	case 1:
@@ -392,10 +410,12 @@ func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool)
 		l := (g.blocksPerCl*pc/blmxStep + nsg - 1) / nsg * blmxStep
 		g.slots = max(g.slots, min((l+pc-blmxStep)/pc+1, g.blocksPerCl))
 	}
-	g.shared = int64(part)*ks*512 + (BLMXThreads/32)*g.slots*512
-	// A rank finishes at most ⌈blocksPerCl/Cl⌉ blocks, each with an entry from every rank.
+	t := int64(max(tiles, 1))
+	g.shared = t * (int64(part)*ks*512 + (BLMXThreads/32)*g.slots*512)
+	// A rank finishes at most ⌈blocksPerCl/Cl⌉ blocks, each with an entry from every rank
+	// per tile.
 	c := int64(max(cl, 1))
-	g.recv = (g.blocksPerCl + c - 1) / c * c * 512
+	g.recv = (g.blocksPerCl + c - 1) / c * c * 512 * t
 	return g, true
 }
 
@@ -405,10 +425,14 @@ func blmxShape(format, blocks, chunks, part, cl, groups uint32) (blmxGeom, bool)
 // for device d: the first cluster size of blmxOrder (FP8 4, 2, 8; NVFP4 2, 4, 8) whose K parts
 // fit BLMXShared and that d runs at once, else — on a device without clusters, or when none
 // fits — 1, as many clusters as d runs; Push where its receive area fits (TrySplit), unless
-// d.NoPush. Measured on the H200 at the 27B's shapes (BenchmarkBLMXShapes; blmxOrder). The split
-// depends on the shape and the device only, never on the row count (a decode step and a verify
-// pass sum in the same order). Errors: the format, rows, a matrix ≥ 4 GiB, no split that fits,
-// the SwiGLU epilogue over N not a multiple of 16.
+// d.NoPush. Measured on the H200 at the 27B's shapes (BenchmarkBLMXShapes; blmxOrder). Rows
+// 9–16 take two tiles per threadgroup (Tiles 2: the weights loaded and decoded once for both)
+// where such a split fits, unless d.OneTile; else, and for 1–8 rows, one. The split depends on
+// the shape, the device and the tiles only: every row count 1–8 sums in the same order (a
+// decode step and a verify pass agree bit for bit); 9–16 rows (prefill chunks) may sum in
+// another (more clusters, where two tiles' activations need smaller K parts). Errors: the
+// format, rows, a matrix ≥ 4 GiB, no split that fits, the SwiGLU epilogue over N not a
+// multiple of 16.
 func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLMXParams, error) {
 	if err := g.Check(); err != nil {
 		return BLMXParams{}, err
@@ -434,19 +458,27 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 		}
 		p.LdY = uint32(g.N / 2)
 	}
-	found := false
-	for _, c := range blmxOrder(fc, d) {
-		if c > max(d.MaxCluster, 1) {
-			continue
+	// split tries the cluster sizes in order for tiles tiles, with push the first split that
+	// pushes (Push 1: no cluster barrier after the products), else the first that fits.
+	split := func(tiles uint32, push bool) bool {
+		p.Tiles = tiles
+		for _, c := range blmxOrder(fc, d) {
+			if c > max(d.MaxCluster, 1) {
+				continue
+			}
+			groups, ok := d.Groups(c)
+			if ok && p.TrySplit(c, groups) && (!push || p.Push == 1) {
+				return true
+			}
 		}
-		groups, ok := d.Groups(c)
-		if !ok {
-			continue
-		}
-		if p.TrySplit(c, groups) {
-			found = true
-			break
-		}
+		return false
+	}
+	// Two tiles' activations take twice the threadgroup memory: the first cluster size that
+	// fits may leave no room to push (gate_up's clusters of 2), so a split that pushes comes
+	// first there; one tile keeps blmxOrder's measured first fit.
+	found := rows > 8 && !d.OneTile && (split(BLMXMaxTiles, d.MaxCluster > 1 && !d.NoPush) || split(BLMXMaxTiles, false))
+	if !found {
+		found = split(1, false)
 	}
 	if !found {
 		return BLMXParams{}, fmt.Errorf("kernels: MMA-layout matrix [%d, %d]: no work split fits %d bytes of threadgroup memory with clusters of at most %d", g.N, g.K, BLMXShared, max(d.MaxCluster, 1))
@@ -460,8 +492,8 @@ func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLM
 // TrySplit sets p's split to clusters of c threadgroups and groups clusters (at most Blocks),
 // and Push: 1 when c > 1 and the receive area fits BLMXShared too, else 0 (a device's NoPush is
 // NewBLMXParams's to apply: a split redone after it pushes again); false, p unchanged, when
-// the split leaves a K part without chunks or its threadgroup memory does not fit BLMXShared.
-// For NewBLMXParams, and tests and benchmarks that try other splits.
+// the split leaves a K part without chunks or its threadgroup memory (for p.Tiles tiles) does
+// not fit BLMXShared. For NewBLMXParams, and tests and benchmarks that try other splits.
 func (p *BLMXParams) TrySplit(c, groups int) bool {
 	if c < 1 || c > BLMMaxClusters || int64(c) > int64(p.Chunks) {
 		return false
@@ -474,7 +506,7 @@ func (p *BLMXParams) TrySplit(c, groups int) bool {
 	if uint32(c-1)*part >= p.Chunks {
 		return false // a rank without chunks
 	}
-	sh, _ := blmxShape(p.Format, p.Blocks, p.Chunks, part, uint32(c), uint32(groups))
+	sh, _ := blmxShape(p.Format, p.Blocks, p.Chunks, part, uint32(c), uint32(groups), p.Tiles)
 	if sh.shared > BLMXShared {
 		return false
 	}
@@ -486,7 +518,7 @@ func (p *BLMXParams) TrySplit(c, groups int) bool {
 	return true
 }
 
-// Validate checks the record against the rules of lithos_blmx_*: Rows 1–16; N, K ≥ 1; Format
+// Validate checks the record against the rules of lithos_blmx_*: Rows 1–16; Tiles 1 or 2; N, K ≥ 1; Format
 // FMT_NVFP4 or FMT_FP8; Blocks = ⌈N/16⌉ and Chunks = ⌈K/(16·k-steps per chunk)⌉ rounded up to a
 // multiple of BLMXGroup, PartChunks a multiple of it; Cl 1–8 with
 // every rank's part non-empty (PartChunks·Cl ≥ Chunks > PartChunks·(Cl − 1)); Groups 1 …
@@ -500,9 +532,12 @@ func (p BLMXParams) Validate() error {
 	if p.Rows < 1 || p.Rows > 16 {
 		c.failf("Rows", "is %d, want 1 to 16 (two tiles of 8)", p.Rows)
 	}
+	if p.Tiles < 1 || p.Tiles > BLMXMaxTiles {
+		c.failf("Tiles", "is %d, want 1 or %d (tiles of 8 rows per threadgroup)", p.Tiles, BLMXMaxTiles)
+	}
 	c.positive("N", p.N)
 	c.positive("K", p.K)
-	sh, ok := blmxShape(p.Format, p.Blocks, p.Chunks, p.PartChunks, p.Cl, p.Groups)
+	sh, ok := blmxShape(p.Format, p.Blocks, p.Chunks, p.PartChunks, p.Cl, p.Groups, p.Tiles)
 	if !ok {
 		c.failf("Format", "is %d, want 1 (FMT_NVFP4) or 2 (FMT_FP8)", p.Format)
 		return c.err()
@@ -531,7 +566,7 @@ func (p BLMXParams) Validate() error {
 	if uint64(p.Slots) < uint64(sh.slots) {
 		c.failf("Slots", "is %d, want at least %d (the blocks one simdgroup's items touch)", p.Slots, sh.slots)
 	}
-	sm := int64(p.PartChunks)*sh.ks*512 + (BLMXThreads/32)*int64(p.Slots)*512
+	sm := int64(max(p.Tiles, 1)) * (int64(p.PartChunks)*sh.ks*512 + (BLMXThreads/32)*int64(p.Slots)*512)
 	if sm > BLMXShared {
 		c.failf("Slots", "with PartChunks %d gives %d bytes of threadgroup memory, more than BLMXShared = %d", p.PartChunks, sm, BLMXShared)
 	}
@@ -559,14 +594,28 @@ func (p BLMXParams) Validate() error {
 	return c.err()
 }
 
-// BLMXKernel returns the entry point of the MMA-layout kernel for a format (nvfp4, fp8_e4m3):
-// one for every row count 1–16.
-func BLMXKernel(f formats.Format) (string, error) {
+// BLMXKernel returns the entry point of the one-tile MMA-layout kernel for a format (nvfp4,
+// fp8_e4m3): one for every row count 1–16 (BLMXParams.Tiles 1).
+func BLMXKernel(f formats.Format) (string, error) { return BLMXKernelTiles(f, 1) }
+
+// BLMXKernelTiles returns the entry point of the MMA-layout kernel for a format (nvfp4,
+// fp8_e4m3) and tiles per threadgroup (BLMXParams.Tiles: 1, lithos_blmx_nvfp4; 2,
+// lithos_blmx_nvfp4_t2).
+func BLMXKernelTiles(f formats.Format, tiles uint32) (string, error) {
+	var name string
 	switch f {
 	case formats.NVFP4:
-		return "lithos_blmx_nvfp4", nil
+		name = "lithos_blmx_nvfp4"
 	case formats.FP8:
-		return "lithos_blmx_fp8", nil
+		name = "lithos_blmx_fp8"
+	default:
+		return "", fmt.Errorf("kernels: no MMA-layout kernel for format %s (have nvfp4, fp8_e4m3)", f)
 	}
-	return "", fmt.Errorf("kernels: no MMA-layout kernel for format %s (have nvfp4, fp8_e4m3)", f)
+	switch tiles {
+	case 1:
+		return name, nil
+	case BLMXMaxTiles:
+		return fmt.Sprintf("%s_t%d", name, tiles), nil
+	}
+	return "", fmt.Errorf("kernels: no MMA-layout kernel of %d tiles per threadgroup (have 1 and %d)", tiles, BLMXMaxTiles)
 }

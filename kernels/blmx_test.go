@@ -158,13 +158,16 @@ func TestBLMXSplit27B(t *testing.T) {
 		push uint32
 		cl2  uint32 // with ClusterFirst 2
 		cl8  uint32 // with ClusterFirst 8 (K in 8 parts of whole groups does not fit K = 5120 of NVFP4)
+		// Two tiles per threadgroup (9–16 rows): clusters and Push; cl2t 0: no two-tile split
+		// fits (the LM head's slots), so 9–16 rows take one tile per threadgroup, as 1–8.
+		cl2t, push2t uint32
 	}{
-		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU, 2, 1, 2, 2},
-		{"down", formats.NVFP4, 5120, 17408, EpiStore, 4, 1, 4, 8},
-		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore, 2, 0, 2, 2},
-		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore, 4, 1, 2, 8},
-		{"attention qkv", formats.FP8, 14336, 5120, EpiStore, 4, 1, 2, 8},
-		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd, 4, 1, 2, 8},
+		{"gate_up", formats.NVFP4, 34816, 5120, EpiSwiGLU, 2, 1, 2, 2, 2, 0},
+		{"down", formats.NVFP4, 5120, 17408, EpiStore, 4, 1, 4, 8, 8, 1},
+		{"lm_head", formats.NVFP4, 248320, 5120, EpiStore, 2, 0, 2, 2, 0, 0},
+		{"gdn in_proj_qkvz", formats.FP8, 16384, 5120, EpiStore, 4, 1, 2, 8, 4, 1},
+		{"attention qkv", formats.FP8, 14336, 5120, EpiStore, 4, 1, 2, 8, 4, 1},
+		{"out_proj / o_proj", formats.FP8, 5120, 6144, EpiAdd, 4, 1, 2, 8, 4, 1},
 	} {
 		g, err := blm.NewGeometry(blm.Spec{Format: c.f, N: c.n, K: c.k})
 		if err != nil {
@@ -174,20 +177,39 @@ func TestBLMXSplit27B(t *testing.T) {
 			t.Fatalf("%s: the copy (%d bytes) is larger than the BLM bytes (%d)", c.name, BLMXCopyBytes(g), g.TotalBytes)
 		}
 		var first BLMXParams
-		for _, rows := range []int{1, 8, 16} {
-			p, err := NewBLMXParams(g, rows, c.epi, h200)
+		oneTile := h200
+		oneTile.OneTile = true
+		for _, r := range []struct {
+			rows int
+			d    BLMXDevice
+		}{{1, h200}, {8, h200}, {16, oneTile}, {9, h200}, {16, h200}} {
+			rows := r.rows
+			p, err := NewBLMXParams(g, rows, c.epi, r.d)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := p.Validate(); err != nil {
 				t.Fatalf("%s, %d rows: %v", c.name, rows, err)
 			}
-			if p.Cl != c.cl || p.Push != c.push {
-				t.Fatalf("%s: clusters of %d, Push %d, want %d, %d", c.name, p.Cl, p.Push, c.cl, c.push)
+			sh, _ := blmxShape(p.Format, p.Blocks, p.Chunks, p.PartChunks, p.Cl, p.Groups, p.Tiles)
+			if rows > 8 && !r.d.OneTile && c.cl2t > 0 {
+				// Two tiles per threadgroup: a split of its own (its threadgroup memory twice
+				// one tile's for the same part), within BLMXShared.
+				if p.Tiles != 2 || p.Cl != c.cl2t || p.Push != c.push2t || sh.shared+int64(p.Push)*sh.recv > BLMXShared {
+					t.Fatalf("%s, %d rows: %d tiles, clusters of %d, Push %d (%d + %d bytes), want 2 tiles, clusters of %d, Push %d", c.name, rows, p.Tiles, p.Cl, p.Push, sh.shared, sh.recv, c.cl2t, c.push2t)
+				}
+				if g := p.Grid(); g[1] != 1 {
+					t.Fatalf("%s, %d rows in two tiles: grid %v, want one threadgroup per K part and cluster", c.name, rows, g)
+				}
+				t.Logf("%-18s two tiles: clusters of %d × %3d, K part %3d chunks, %2d slots, %6d bytes of threadgroup memory, Push %d (receive area %d bytes)",
+					c.name, p.Cl, p.Groups, p.PartChunks, p.Slots, sh.shared, p.Push, sh.recv)
+				continue
+			}
+			if p.Tiles != 1 || p.Cl != c.cl || p.Push != c.push {
+				t.Fatalf("%s, %d rows: %d tiles, clusters of %d, Push %d, want 1, %d, %d", c.name, rows, p.Tiles, p.Cl, p.Push, c.cl, c.push)
 			}
 			if rows == 1 {
 				first = p
-				sh, _ := blmxShape(p.Format, p.Blocks, p.Chunks, p.PartChunks, p.Cl, p.Groups)
 				t.Logf("%-18s clusters of %d × %3d (%3d multiprocessors), K part %3d chunks, %3d items per simdgroup, %2d slots, %6d bytes of threadgroup memory, Push %d (receive area %d bytes)",
 					c.name, p.Cl, p.Groups, p.Cl*p.Groups, p.PartChunks, sh.itemsPerSG, p.Slots, sh.shared, p.Push, sh.recv)
 				continue
@@ -235,6 +257,9 @@ func TestBLMXParamsValidate(t *testing.T) {
 	}{
 		{"rows 0", mut(func(p *BLMXParams) { p.Rows = 0 }), "BLMXParams.Rows: is 0"},
 		{"rows 17", mut(func(p *BLMXParams) { p.Rows = 17 }), "BLMXParams.Rows: is 17"},
+		{"tiles 0", mut(func(p *BLMXParams) { p.Tiles = 0 }), "BLMXParams.Tiles: is 0"},
+		{"tiles 3", mut(func(p *BLMXParams) { p.Tiles = 3 }), "BLMXParams.Tiles: is 3"},
+		{"two tiles' memory", mut(func(p *BLMXParams) { p.Tiles, p.Push = 2, 0; p.Slots = (BLMXShared/2-p.PartChunks*64*32)/(16*512) + 1 }), "more than BLMXShared"},
 		{"format", mut(func(p *BLMXParams) { p.Format = 3 }), "BLMXParams.Format: is 3"},
 		{"blocks", mut(func(p *BLMXParams) { p.Blocks++ }), "BLMXParams.Blocks"},
 		{"chunks", mut(func(p *BLMXParams) { p.Chunks += 4 }), "BLMXParams.Chunks"},

@@ -47,7 +47,7 @@ func blmxRunExe(t *testing.T, exe string, p BLMXParams, c blmCase, x []float32, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	kern, err := BLMXKernel(c.g.Format)
+	kern, err := BLMXKernelTiles(c.g.Format, p.Tiles) // two tiles per threadgroup: the _t2 kernel
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,10 +202,15 @@ func TestFiberBLMXStrides(t *testing.T) {
 }
 
 // pushVariants returns p (split by TrySplit) and, for a cluster that pushes its partial sums
-// (Push 1), p with Push 0: the kernel's two ways of adding the ranks' sums.
+// (Push 1), p with Push 0: the kernel's two ways of adding the ranks' sums. Two tiles' receive
+// area may not fit beside their activations and slots (Push 0 alone then).
 func pushVariants(t *testing.T, p BLMXParams) []BLMXParams {
 	t.Helper()
 	if p.Cl < 2 {
+		return []BLMXParams{p}
+	}
+	if p.Push != 1 && p.Tiles > 1 {
+		t.Logf("clusters of %d, two tiles: no room to push", p.Cl)
 		return []BLMXParams{p}
 	}
 	if p.Push != 1 {
@@ -218,7 +223,9 @@ func pushVariants(t *testing.T, p BLMXParams) []BLMXParams {
 
 // TestFiberBLMXRowsInvariant: a token's outputs do not depend on the launch's other rows, its
 // row count or its tile (bit for bit), for every cluster size and both ways of adding the
-// ranks' sums (Push): a verify pass of 8 rows and a decode step of 1 give the same logits.
+// ranks' sums (Push): a verify pass of 8 rows and a decode step of 1 give the same logits. The
+// two-tile kernel (11 and 16 rows, one threadgroup for both tiles) in the same split gives
+// them too, and so does 16 rows in one tile per threadgroup.
 func TestFiberBLMXRowsInvariant(t *testing.T) {
 	r := rand.New(rand.NewPCG(43, 44))
 	for _, f := range []formats.Format{formats.NVFP4, formats.FP8} {
@@ -228,13 +235,17 @@ func TestFiberBLMXRowsInvariant(t *testing.T) {
 		for _, cp := range [][2]int{{1, 0}, {2, 1}, {2, 0}} {
 			cl, push := cp[0], uint32(cp[1])
 			var ref [][]float32 // ref[t]: token t alone in a 1-row launch
-			for _, rows := range []int{1, 3, 8, 16} {
-				p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 4, MaxCluster: 1})
+			for _, rt := range [][2]int{{1, 1}, {3, 1}, {8, 1}, {16, 1}, {16, 2}, {11, 2}} {
+				rows, tiles := rt[0], uint32(rt[1])
+				p, err := NewBLMXParams(c.g, rows, EpiStore, BLMXDevice{SMs: 4, MaxCluster: 1, OneTile: tiles == 1})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !p.TrySplit(cl, 2) {
 					t.Fatalf("no split with clusters of %d", cl)
+				}
+				if p.Tiles != tiles {
+					t.Fatalf("%d rows: %d tiles per threadgroup, want %d", rows, p.Tiles, tiles)
 				}
 				p.Push = push
 				if rows == 1 {
@@ -247,7 +258,7 @@ func TestFiberBLMXRowsInvariant(t *testing.T) {
 				for tt := 0; tt < rows; tt++ {
 					for i := 0; i < n; i++ {
 						if math.Float32bits(got[tt*n+i]) != math.Float32bits(ref[tt][i]) {
-							t.Fatalf("%s, clusters of %d, Push %d, %d rows: y[%d, %d] = %g, the 1-row launch of token %d gave %g", f, cl, push, rows, tt, i, got[tt*n+i], tt, ref[tt][i])
+							t.Fatalf("%s, clusters of %d, Push %d, %d rows in %d tiles per threadgroup: y[%d, %d] = %g, the 1-row launch of token %d gave %g", f, cl, push, rows, tiles, tt, i, got[tt*n+i], tt, ref[tt][i])
 						}
 					}
 				}
@@ -304,9 +315,11 @@ func TestFiberBLMXEpilogues(t *testing.T) {
 }
 
 // TestFiberBLMXDynamicRowsAndGuard: a row count read from the step state writes those rows
-// only (a tile with none leaves at once), and the rows of x past it (NaN here: rows the record
-// allows but the step does not use) reach no output; a record with clusters launched without
-// them writes nothing and reports GuardBLMCluster.
+// only (a tile with none leaves at once; in the two-tile kernel, which 16 rows take, a second
+// tile with none computes but writes nothing), and the rows of x past it (NaN here: rows the
+// record allows but the step does not use) reach no output; a record with clusters launched
+// without them writes nothing and reports GuardBLMCluster, a record of one tile given to the
+// two-tile kernel (or of two to the one-tile kernel) GuardBLMXTiles.
 func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 	r := rand.New(rand.NewPCG(47, 48))
 	c := newBLMCase(t, r, formats.FP8, 32, 512, 0, false)
@@ -317,12 +330,16 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	kern, _ := BLMXKernel(formats.FP8)
+	kern2, _ := BLMXKernelTiles(formats.FP8, 2)
 	const rowsW, doneW = 5, 10
 	x := randVec(r, 16*k, 1)
 	for _, dyn := range []uint32{5, 9} {
 		p, err := NewBLMXParams(c.g, 16, EpiStore, BLMXDevice{SMs: 2, MaxCluster: 2})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if p.Tiles != 2 {
+			t.Fatalf("16 rows: %d tiles per threadgroup, want 2", p.Tiles)
 		}
 		p.RowsWord = rowsW
 		ctl := make([]uint32, 64)
@@ -336,7 +353,7 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 		}
 		var j job
 		y := j.buf(canary(4 * 16 * n))
-		j.launchCluster(t, kern, p.Grid(), p.ClusterDims()[0], j.buf(u32Bytes(ctl)), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(xd), y, j.f32(c.scales))
+		j.launchCluster(t, kern2, p.Grid(), p.ClusterDims()[0], j.buf(u32Bytes(ctl)), j.buf(Record(p)), j.buf(cp), j.f32(c.scales), j.f32(xd), y, j.f32(c.scales))
 		res, err := j.runSchedules(t, mmaFiberExe(t))
 		if err != nil {
 			t.Fatal(err)
@@ -372,6 +389,33 @@ func TestFiberBLMXDynamicRowsAndGuard(t *testing.T) {
 	}
 	if !bytes.Equal(res[y], canary(4*3*n)) {
 		t.Fatal("y was written")
+	}
+	// The tiles guard, both ways: a one-tile record (3 rows) on the two-tile kernel and a
+	// two-tile record (16 rows, its grid) on the one-tile kernel.
+	q, err := NewBLMXParams(c.g, 16, EpiStore, BLMXDevice{SMs: 2, MaxCluster: 1})
+	if err != nil || q.Tiles != 2 {
+		t.Fatalf("16 rows: %d tiles (%v), want 2", q.Tiles, err)
+	}
+	p.Cl, p.PartChunks, p.Push, p.Groups = 1, p.Chunks, 0, 1
+	q.DoneWord = doneW
+	for _, g := range []struct {
+		kern string
+		p    BLMXParams
+	}{{kern2, p}, {kern, q}} {
+		var j job
+		ctlB := j.buf(make([]byte, 256))
+		y := j.buf(canary(4 * 16 * n))
+		j.launch(t, g.kern, g.p.Grid(), ctlB, j.buf(Record(g.p)), j.buf(cp), j.f32(c.scales), j.f32(x), y, j.f32(c.scales))
+		res, err := j.runSchedules(t, mmaFiberExe(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctl := bytesU32(res[ctlB]); ctl[doneW] != 1 || ctl[doneW+1] != GuardBLMXTiles {
+			t.Fatalf("%s given a record of %d tiles: Done %d, Error %d, want 1, GuardBLMXTiles", g.kern, g.p.Tiles, ctl[doneW], ctl[doneW+1])
+		}
+		if !bytes.Equal(res[y], canary(4*16*n)) {
+			t.Fatalf("%s given a record of %d tiles: y was written", g.kern, g.p.Tiles)
+		}
 	}
 }
 

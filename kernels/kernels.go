@@ -477,14 +477,16 @@ func buildRegistry() []Kernel {
 			}
 		}
 	}
-	for _, f := range []formats.Format{formats.NVFP4, formats.FP8} {
-		name, _ := BLMXKernel(f)
-		fc, _ := blmFormatCode(f)
-		ks = append(ks, Kernel{Name: name, Op: "blmx", Threads: BLMXThreads, Params: BLMXParams{}, MMAOnly: true,
-			Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "BLMX_SHARED": fmt.Sprintf("%du", BLMXShared),
-				"BLMX_MAX_CL": fmt.Sprintf("%du", BLMMaxClusters)},
-			Shared: BLMXShared, CtlRW: true,
-			Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true), f32("nw", false)}}) // nw may be the scales (unread without Norm)
+	for _, tiles := range []uint32{1, BLMXMaxTiles} {
+		for _, f := range []formats.Format{formats.NVFP4, formats.FP8} {
+			name, _ := BLMXKernelTiles(f, tiles)
+			fc, _ := blmFormatCode(f)
+			ks = append(ks, Kernel{Name: name, Op: "blmx", Threads: BLMXThreads, Params: BLMXParams{}, MMAOnly: true,
+				Defines: map[string]string{"FMT": "FMT_" + strings.ToUpper(fc), "BLMX_SHARED": fmt.Sprintf("%du", BLMXShared),
+					"BLMX_MAX_CL": fmt.Sprintf("%du", BLMMaxClusters), "BLMX_NT": fmt.Sprintf("%du", tiles)},
+				Shared: BLMXShared, CtlRW: true,
+				Buffers: []Buffer{weight("w", "u8"), weight("scales", "f32"), f32("x", false), f32("y", true), f32("nw", false)}}) // nw may be the scales (unread without Norm)
+		}
 	}
 	ks = append(ks, Kernel{Name: "lithos_argmax_partial", Op: "argmax_partial", Threads: 256, Params: ArgmaxParams{},
 		Buffers: []Buffer{f32("x", false), f32("part_v", true), buf("part_i", "u32", true)}})

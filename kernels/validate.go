@@ -24,8 +24,9 @@ import (
 //     keeps Error right after Done; kernels/validate_test.go checks that layout). A record
 //     with DoneWord = NoWord has nowhere to report: its guard only returns. Two guards are about
 //     the launch rather than the step state: a BLM kernel launched in clusters of another size
-//     than its record's Clusters (GuardBLMCluster), or given a weight layout it cannot read
-//     (GuardBLMLayout).
+//     than its record's Clusters (GuardBLMCluster), given a weight layout it cannot read
+//     (GuardBLMLayout), or an MMA-layout kernel given a record of other tiles than its own
+//     (GuardBLMXTiles).
 //
 // The index rule: the kernels compute element offsets in u32 (r·ld + column), so for every
 // buffer the largest offset, (rows − 1)·ld + width − 1, must be < 2³²; byte offsets likewise
@@ -66,6 +67,10 @@ const (
 	// fragment-major copy on the scalar path, without the weight ring, or for NVFP4 stripes
 	// that start inside a group): it writes nothing.
 	GuardBLMLayout = 24
+	// GuardBLMXTiles: an MMA-layout kernel was given a record whose Tiles is not the tiles
+	// per threadgroup it was built for (lithos_blmx_* 1, lithos_blmx_*_t2 2: BLMXKernelTiles):
+	// it writes nothing.
+	GuardBLMXTiles = 25
 )
 
 // maxGridYZ and maxGridX are CUDA's grid limits (stricter than Metal's).

@@ -418,7 +418,8 @@ func TestGuardCodesMatchKernels(t *testing.T) {
 	want := map[string]int{"GUARD_STEP_ROWS": GuardStepRows, "GUARD_STEP_POSITION": GuardStepPosition,
 		"GUARD_ROUND_DRAFTS": GuardRoundDrafts, "GUARD_ROUND_POSITION": GuardRoundPosition,
 		"GUARD_ATTN_PARTIAL": GuardAttnPartial, "GUARD_ATTN_MERGE": GuardAttnMerge, "GUARD_KV_APPEND": GuardKVAppend,
-		"GUARD_BLM_CLUSTER": GuardBLMCluster, "GUARD_BLM_LAYOUT": GuardBLMLayout}
+		"GUARD_BLM_CLUSTER": GuardBLMCluster, "GUARD_BLM_LAYOUT": GuardBLMLayout,
+		"GUARD_BLMX_TILES": GuardBLMXTiles}
 	got := map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^#define (GUARD_[A-Z_]+) (\d+)u$`).FindAllStringSubmatch(mustRead("ops/common.kern"), -1) {
 		v, _ := strconv.Atoi(m[2])

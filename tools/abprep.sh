@@ -10,13 +10,15 @@
 # such as ab27b.sh's SELFCHECK generate, run unchanged), e.g. a long context with each cache:
 #   kv32=ab+--context,16448,--prompt-tokens,16000,--max-tokens,16,--runs,1,--kv-cache,f32
 #   kv16=ab+--context,16448,--prompt-tokens,16000,--max-tokens,16,--runs,1,--kv-cache,bf16
-# (two 16,000-token prefills per bench run at ≈ 800 tok/s on the 27B: give ab27b.sh BENCH_T=300).
+# (two 16,000-token prefills per bench run at ≈ 800 tok/s on the 27B: give ab27b.sh BENCH_T=300);
+# NAME=BUILD@V1=X1,V2=X2 a wrapper that runs BUILD's binary (or wrapper) with those environment
+# variables, e.g. t1=ab@LITHOS_CUDA_TILES=1 (an A/B switch of the runtime).
 # lithos-pack and the CUDA test binary (cuda.test, stripped: for TestKernelModule's registers
 # with a define) come from the working tree. The tar goes to ${TAR:-bin/nb.tar.xz} (bin/ is ignored by git); it fails when the
 # tracked files and the tar together pass the device call's 64 MiB. Then, there:
 #   TAR=bin/nb.tar.xz ORDER="q3 ab base rx12 q3 ab base" SELFCHECK=q3 OUT=$OUT tools/ab27b.sh
 set -euo pipefail
-[ $# -gt 0 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 NB=/tmp/nb
@@ -31,9 +33,17 @@ declare -A built
 for spec in "$@"; do
   name=${spec%%=*}
   val=${spec#*=}
-  [[ "$name" =~ ^[a-z0-9_]+$ && "$spec" == *=* && -n "$val" ]] || { echo "abprep: $spec: want NAME=REV, NAME=BUILD:DEFINES or NAME=BUILD+ARGS (NAME lower-case letters, digits, _)" >&2; exit 2; }
+  [[ "$name" =~ ^[a-z0-9_]+$ && "$spec" == *=* && -n "$val" ]] || { echo "abprep: $spec: want NAME=REV, NAME=BUILD:DEFINES, NAME=BUILD+ARGS or NAME=BUILD@ENV (NAME lower-case letters, digits, _)" >&2; exit 2; }
   mkdir -p "$NB/$name"
-  if [[ "$val" =~ ^([a-z0-9_]+)\+(.+)$ && -n "${built[${BASH_REMATCH[1]}]:-}" ]]; then
+  if [[ "$val" =~ ^([a-z0-9_]+)@([A-Z0-9_]+=[A-Za-z0-9_.-]*(,[A-Z0-9_]+=[A-Za-z0-9_.-]*)*)$ ]]; then
+    base=${BASH_REMATCH[1]}
+    env=${BASH_REMATCH[2]}
+    [ -n "${built[$base]:-}" ] || { echo "abprep: $spec: build $base must come before it" >&2; exit 2; }
+    printf '#!/bin/sh
+%s exec %s/%s/lithos-run "$@"
+' "${env//,/ }" "$NB" "$base" >"$NB/$name/lithos-run"
+    chmod +x "$NB/$name/lithos-run"
+  elif [[ "$val" =~ ^([a-z0-9_]+)\+(.+)$ && -n "${built[${BASH_REMATCH[1]}]:-}" ]]; then
     base=${BASH_REMATCH[1]}
     args=${BASH_REMATCH[2]}
     [[ "$args" =~ ^[A-Za-z0-9_.=,-]+$ ]] || { echo "abprep: $spec: arguments of letters, digits and . _ = - only, comma-separated" >&2; exit 2; }

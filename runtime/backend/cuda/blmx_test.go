@@ -28,7 +28,8 @@ func blmxDevice(e *opEnv) kernels.BLMXDevice { return mmaDevice(e.d, e.ks, e.clu
 // TestBLMX: every cluster size 1, 2, 4, 8 the device launches (clusters spread over its
 // multiprocessors), 1, 3, 8 and 16 rows, against the CPU backend — tolerance TestOpBLM's plus
 // 2⁻²¹·|s|·Σ|w·x| for the activations' two f16 pieces — and bit for bit: token t of an 8-row launch
-// is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows;
+// is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows,
+// in one tile per threadgroup and in two (lithos_blmx_*_t2, 11 and 16 rows, in the same split);
 // at 8 rows the folded RMSNorm too (Norm 1) against the CPU's RMSNorm then product; in clusters
 // all of it both ways of adding the ranks' sums (Push 1, the split's, and 0, the LM head's).
 func TestBLMX(t *testing.T) {
@@ -49,6 +50,7 @@ func TestBLMX(t *testing.T) {
 		{Format: formats.FP8, N: 80, K: 6144},
 		{Format: formats.FP8, N: 33, K: 1000},
 	}
+	twoTiles := map[string]int{} // per shape, the two-tile launches checked
 	for _, spec := range specs {
 		e.t = outer
 		m := newBLMMatrix(t, e.r, spec)
@@ -81,7 +83,7 @@ func TestBLMX(t *testing.T) {
 			tolN[i] += (tolN[i] - 4*u*math.Abs(wantN[i])) / (2 * gamma) * (0x1p-21 + gamma/2 + 0x1p-22)
 		}
 		bnw := e.f32(nw)
-		name, _ := kernels.BLMXKernel(m.g.Format)
+		name8, _ := kernels.BLMXKernel(m.g.Format)
 		for _, cl := range []int{1, 2, 4, 8} {
 			if cl > dev.MaxCluster {
 				continue
@@ -94,18 +96,36 @@ func TestBLMX(t *testing.T) {
 				}
 				for _, push := range pushes {
 					var r1 [][]float32 // token t alone
-					for _, rows := range []int{1, 3, 8, 16} {
-						rec, err := kernels.NewBLMXParams(m.g, rows, kernels.EpiStore, dev)
+					for _, rt := range [][2]int{{1, 1}, {3, 1}, {8, 1}, {16, 1}, {16, 2}, {11, 2}} {
+						rows, tiles := rt[0], uint32(rt[1])
+						d := dev
+						d.OneTile = tiles == 1
+						rec, err := kernels.NewBLMXParams(m.g, rows, kernels.EpiStore, d)
 						if err != nil {
 							t.Fatal(err)
 						}
+						rec.Tiles = tiles // (NewBLMXParams takes one where its own split of two does not fit)
 						groups, _ := dev.Groups(cl)
 						if !rec.TrySplit(cl, max(groups, 1)) {
+							if tiles > 1 {
+								t.Logf("clusters of %d, %d rows in two tiles: no split fits (two tiles' threadgroup memory)", cl, rows)
+								continue
+							}
 							t.Logf("clusters of %d: no split fits (a K part without chunks or too much threadgroup memory)", cl)
 							return
 						}
+						name, err := kernels.BLMXKernelTiles(m.g.Format, tiles)
+						if err != nil {
+							t.Fatal(err)
+						}
 						if rec.Push != uint32(min(cl-1, 1)) {
-							t.Fatalf("clusters of %d: Push %d, want the test's shapes to push in clusters", cl, rec.Push)
+							if tiles > 1 && push == 1 {
+								t.Logf("clusters of %d, %d rows in two tiles: no room to push", cl, rows)
+								continue
+							}
+							if tiles == 1 {
+								t.Fatalf("clusters of %d: Push %d, want the test's shapes to push in clusters", cl, rec.Push)
+							}
 						}
 						rec.Push = push
 						if rows == 1 {
@@ -121,7 +141,7 @@ func TestBLMX(t *testing.T) {
 						by := e.poisoned(rows * n)
 						e.run(name, rec, rec.Grid(), bw, bs, bx, by, bs)
 						got := e.read(by, rows*n)
-						check(t, fmt.Sprintf("%d rows, Push %d", rows, push), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
+						check(t, fmt.Sprintf("%d rows in %d tiles per threadgroup, Push %d", rows, tiles, push), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
 						if rows == 8 {
 							// The same rows through the folded RMSNorm (Norm 1: the ranks' Σx² added
 							// through distributed shared memory) against RMSNorm then the product.
@@ -134,11 +154,14 @@ func TestBLMX(t *testing.T) {
 						for tt := 0; tt < rows; tt++ {
 							for i := 0; i < n; i++ {
 								if math.Float32bits(got[tt*n+i]) != math.Float32bits(r1[tt][i]) {
-									t.Fatalf("Push %d, %d rows: y[%d, %d] = %g, the 1-row launch of token %d gave %g", push, rows, tt, i, got[tt*n+i], tt, r1[tt][i])
+									t.Fatalf("Push %d, %d rows in %d tiles per threadgroup: y[%d, %d] = %g, the 1-row launch of token %d gave %g", push, rows, tiles, tt, i, got[tt*n+i], tt, r1[tt][i])
 								}
 							}
 						}
-						if rows == 16 {
+						if tiles > 1 {
+							twoTiles[fmt.Sprintf("%s %dx%d", m.g.Format, n, k)]++
+						}
+						if rows == 16 && tiles == 1 {
 							// Rows 8–15 as an 8-row launch of their own.
 							by8 := e.poisoned(8 * n)
 							rec8, _ := kernels.NewBLMXParams(m.g, 8, kernels.EpiStore, dev)
@@ -147,7 +170,7 @@ func TestBLMX(t *testing.T) {
 								t.Fatalf("8 rows: no split with clusters of %d", cl)
 							}
 							rec8.Push = push
-							e.run(name, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8, bs)
+							e.run(name8, rec8, rec8.Grid(), bw, bs, e.f32(slices.Clone(x[8*k:16*k])), by8, bs)
 							got8 := e.read(by8, 8*n)
 							for i := range got8 {
 								if math.Float32bits(got[8*n+i]) != math.Float32bits(got8[i]) {
@@ -160,6 +183,14 @@ func TestBLMX(t *testing.T) {
 			})
 		}
 	}
+	// Every shape has a cluster size whose split fits two tiles (its K part within half the
+	// threadgroup memory).
+	for _, spec := range specs {
+		if key := fmt.Sprintf("%s %dx%d", spec.Format, spec.N, spec.K); twoTiles[key] == 0 {
+			t.Errorf("%s: no two-tile launch was checked", key)
+		}
+	}
+	t.Logf("two-tile launches checked: %v", twoTiles)
 }
 
 // BenchmarkBLMXShapes times lithos_blmx_* on the 27B's NVFP4 and FP8 matrices as

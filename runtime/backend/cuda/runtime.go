@@ -45,8 +45,8 @@ func (r *runtimeDevice) String() string { return describe(r.d.Info) }
 
 // describe is runtimeDevice.String of a device with info (UsableDevice gives the same). The
 // A/B switches that change which kernels run (LITHOS_CUDA_FRAGMENT=0, LITHOS_CUDA_CLUSTERS=0,
-// LITHOS_CUDA_MMA=0, LITHOS_CUDA_OVERLAP=0, LITHOS_CUDA_PUSH=0, LITHOS_CUDA_CLUSTER_FIRST,
-// LITHOS_CUDA_DEFINES) are part of it, so that a self-check verdict is not reused across them.
+// LITHOS_CUDA_MMA=0, LITHOS_CUDA_OVERLAP=0, LITHOS_CUDA_PUSH=0, LITHOS_CUDA_TILES=1,
+// LITHOS_CUDA_CLUSTER_FIRST, LITHOS_CUDA_DEFINES) are part of it, so that a self-check verdict is not reused across them.
 func describe(info Info) string {
 	nv := "unknown"
 	if major, minor, err := NVRTCVersion(); err == nil {
@@ -67,6 +67,9 @@ func describe(info Info) string {
 	}
 	if !pushOn() {
 		s += ", pushed partial sums off"
+	}
+	if !twoTilesOn() {
+		s += ", two-tile products off"
 	}
 	if c := clusterFirst(); c != 0 {
 		s += fmt.Sprintf(", clusters of %d first", c)
@@ -92,6 +95,11 @@ func clusterFirst() int {
 // finishing rank's threadgroup memory (kernels.BLMXParams.Push, docs/performance.md §3.3o):
 // yes unless LITHOS_CUDA_PUSH=0 (A/B runs).
 func pushOn() bool { return os.Getenv("LITHOS_CUDA_PUSH") != "0" }
+
+// twoTilesOn reports whether the MMA-layout products of 9–16 rows (prefill chunks) run two
+// tiles of 8 rows per threadgroup, the weights loaded and decoded once for both
+// (kernels.BLMXParams.Tiles, lithos_blmx_*_t2): yes unless LITHOS_CUDA_TILES=1 (A/B runs).
+func twoTilesOn() bool { return os.Getenv("LITHOS_CUDA_TILES") != "1" }
 
 // mmaLayoutOn reports whether the target's NVFP4 and FP8 matrices are rewritten into the MMA
 // layout at load and multiplied by lithos_blmx_* (runtimeDevice.MMALayout): yes unless
@@ -146,10 +154,10 @@ func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
 // clusters of up to kernels.BLMMaxClusters with the count of each size that runs at once
 // (ks.MaxActiveClusters of the NVFP4 kernel: both formats' kernels take the same threadgroup
 // memory, which decides it; 0 from the driver is "none fits", a query it cannot answer leaves
-// the size to the multiprocessor count), NoPush with LITHOS_CUDA_PUSH=0 and ClusterFirst from
-// LITHOS_CUDA_CLUSTER_FIRST (clusterFirst).
+// the size to the multiprocessor count), NoPush with LITHOS_CUDA_PUSH=0, OneTile with
+// LITHOS_CUDA_TILES=1 and ClusterFirst from LITHOS_CUDA_CLUSTER_FIRST (clusterFirst).
 func mmaDevice(d *Device, ks *Kernels, clusters bool) kernels.BLMXDevice {
-	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1, NoPush: !pushOn(), ClusterFirst: clusterFirst()}
+	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1, NoPush: !pushOn(), OneTile: !twoTilesOn(), ClusterFirst: clusterFirst()}
 	if !clusters {
 		return dev
 	}

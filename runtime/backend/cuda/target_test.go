@@ -184,6 +184,9 @@ func (e *opEnv) blmLd(m *gpu.Matrix, rows int, epi uint32, x, y *Buffer, ldy int
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		if name, err = kernels.BLMXKernelTiles(m.Geometry.Format, rec.Tiles); err != nil {
+			e.t.Fatal(err)
+		}
 		if ldy > 0 {
 			rec.LdY = uint32(ldy)
 		}

@@ -363,13 +363,14 @@ func (e *emitter) mmx(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uin
 	if e.b.err != nil {
 		return
 	}
-	name, err := m.Kernel(rows)
-	if err != nil {
-		e.b.err = err
-		return
-	}
 	if m.Layout == kernels.BLMLayoutMMA {
 		r, err := kernels.NewBLMXParams(m.Geometry, rows, epi, e.s.t.MMA)
+		if err != nil {
+			e.b.err = fmt.Errorf("%s: %w", m.Name, err)
+			return
+		}
+		// The kernel of the record's tiles (two per threadgroup for 9–16 rows where they fit).
+		name, err := kernels.BLMXKernelTiles(m.Geometry.Format, r.Tiles)
 		if err != nil {
 			e.b.err = fmt.Errorf("%s: %w", m.Name, err)
 			return
@@ -387,6 +388,11 @@ func (e *emitter) mmx(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uin
 			r.Norm, r.Eps = 1, eps
 		}
 		e.b.add(name, r, r.Grid(), m.Ptr, m.Scales, x, y, nw)
+		return
+	}
+	name, err := m.Kernel(rows)
+	if err != nil {
+		e.b.err = err
 		return
 	}
 	r, err := kernels.NewBLMParams(m.Geometry, rows, epi)

@@ -42,7 +42,8 @@ type Matrix struct {
 }
 
 // Kernel returns the matrix kernel for rows activation rows of this matrix's format and layout:
-// a BLM kernel, or the MMA-layout kernel of its format.
+// a BLM kernel, or the one-tile MMA-layout kernel of its format (a record of two tiles, which
+// kernels.NewBLMXParams gives 9–16 rows, takes kernels.BLMXKernelTiles's).
 func (m *Matrix) Kernel(rows int) (string, error) {
 	if m.Layout == kernels.BLMLayoutMMA {
 		return kernels.BLMXKernel(m.Geometry.Format)
