@@ -429,8 +429,10 @@ func blmxShape(format, blocks, chunks, part, cl, groups, tiles uint32) (blmxGeom
 // 9–16 take two tiles per threadgroup (Tiles 2: the weights loaded and decoded once for both)
 // where such a split fits, unless d.OneTile; else, and for 1–8 rows, one. The split depends on
 // the shape, the device and the tiles only: every row count 1–8 sums in the same order (a
-// decode step and a verify pass agree bit for bit); 9–16 rows (prefill chunks) may sum in
-// another (more clusters, where two tiles' activations need smaller K parts). Errors: the
+// decode step and a verify pass agree bit for bit); 9–16 rows in two tiles may sum in another
+// (more clusters where two tiles' activations need smaller K parts, or no pushing where the
+// receive area no longer fits), so the runtime gives two tiles to prefill chunks only
+// (runtime/backend/gpu: a round's 9–16 verify rows keep one). Errors: the
 // format, rows, a matrix ≥ 4 GiB, no split that fits, the SwiGLU epilogue over N not a
 // multiple of 16.
 func NewBLMXParams(g blm.Geometry, rows int, epilogue uint32, d BLMXDevice) (BLMXParams, error) {

@@ -142,11 +142,13 @@ func TestBLMXCopyRefusals(t *testing.T) {
 }
 
 // TestBLMXSplit27B: the split NewBLMXParams chooses for the 27B's matrices on an H200 (132
-// multiprocessors, clusters of 8) fits, covers every chunk, is the same for 1, 8 and 16 rows,
-// and is the measured one (blmxOrder, docs/performance.md §8.10): NVFP4 in clusters of 2, down
+// multiprocessors, clusters of 8) fits, covers every chunk, is the same for 1, 8 and 16 rows in
+// one tile per threadgroup (OneTile), and is the measured one (blmxOrder, docs/performance.md §8.10): NVFP4 in clusters of 2, down
 // (whose activations need K in at least 4 parts) 4, FP8 4; every shape but the LM head, whose
 // slots leave no room for a receive area, pushes its partial sums (Push). ClusterFirst 2 gives
-// the earlier sessions' splits (2 wherever it fits), 8 clusters of 8 where they fit.
+// the earlier sessions' splits (2 wherever it fits), 8 clusters of 8 where they fit. 9 and 16
+// rows take two tiles per threadgroup where a split fits twice the memory (every shape but the
+// LM head), each with the split TestBLMXSplit27B's table names (docs/performance.md §3.3z).
 func TestBLMXSplit27B(t *testing.T) {
 	h200 := BLMXDevice{SMs: 132, MaxCluster: 8}
 	for _, c := range []struct {

@@ -250,9 +250,9 @@ func BenchmarkBLMXShapes(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			name, _ := kernels.BLMXKernel(g.Format)
-			// cl 0: NewBLMXParams's split; −1: the same with Push 0 (where it pushes); else
-			// clusters of cl.
+			// cl 0: NewBLMXParams's split (two tiles per threadgroup for 9–16 rows where they
+			// fit); −1: the same with Push 0 (where it pushes); else clusters of cl. Each launch
+			// takes the kernel of its record's tiles.
 			for _, cl := range []int{0, -1, 1, 2, 4, 8} {
 				p, mark := p0, "d"
 				if cl < 0 {
@@ -273,6 +273,10 @@ func BenchmarkBLMXShapes(b *testing.B) {
 						continue
 					}
 					mark = ""
+				}
+				name, err := kernels.BLMXKernelTiles(g.Format, p.Tiles)
+				if err != nil {
+					b.Fatal(err)
 				}
 				var recs Records
 				off := recs.Add(p)

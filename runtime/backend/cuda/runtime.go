@@ -152,8 +152,9 @@ func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
 
 // mmaDevice describes d for the MMA-layout work split: its multiprocessors and, with clusters,
 // clusters of up to kernels.BLMMaxClusters with the count of each size that runs at once
-// (ks.MaxActiveClusters of the NVFP4 kernel: both formats' kernels take the same threadgroup
-// memory, which decides it; 0 from the driver is "none fits", a query it cannot answer leaves
+// (ks.MaxActiveClusters of the one-tile NVFP4 kernel: every MMA-layout kernel takes the same
+// dynamic threadgroup memory, which decides it — the two-tile kernels' 1,312 more static bytes
+// still leave one threadgroup per multiprocessor; 0 from the driver is "none fits", a query it cannot answer leaves
 // the size to the multiprocessor count), NoPush with LITHOS_CUDA_PUSH=0, OneTile with
 // LITHOS_CUDA_TILES=1 and ClusterFirst from LITHOS_CUDA_CLUSTER_FIRST (clusterFirst).
 func mmaDevice(d *Device, ks *Kernels, clusters bool) kernels.BLMXDevice {

@@ -320,6 +320,11 @@ type emitter struct {
 	s    *Session
 	b    *builder
 	done uint32
+	// prefill: the launches of a prefill chunk, whose MMA-layout products of 9–16 rows may take
+	// two tiles per threadgroup (kernels.BLMXParams.Tiles). Elsewhere — a round's verify and
+	// draft rows, up to block + 1 ≤ 16 — they keep one, the split of a decode step's one row,
+	// so that verify and decode sum in the same order (bit-identical rows).
+	prefill bool
 }
 
 func (e *emitter) what(f string, a ...any) { e.b.what = fmt.Sprintf(f, a...) }
@@ -364,12 +369,15 @@ func (e *emitter) mmx(m *Matrix, rows int, rowsWord uint32, epi uint32, x, y uin
 		return
 	}
 	if m.Layout == kernels.BLMLayoutMMA {
-		r, err := kernels.NewBLMXParams(m.Geometry, rows, epi, e.s.t.MMA)
+		d := e.s.t.MMA
+		d.OneTile = d.OneTile || !e.prefill
+		r, err := kernels.NewBLMXParams(m.Geometry, rows, epi, d)
 		if err != nil {
 			e.b.err = fmt.Errorf("%s: %w", m.Name, err)
 			return
 		}
-		// The kernel of the record's tiles (two per threadgroup for 9–16 rows where they fit).
+		// The kernel of the record's tiles (two per threadgroup for a prefill chunk's 9–16 rows
+		// where they fit).
 		name, err := kernels.BLMXKernelTiles(m.Geometry.Format, r.Tiles)
 		if err != nil {
 			e.b.err = fmt.Errorf("%s: %w", m.Name, err)
@@ -608,7 +616,7 @@ func (s *Session) buildProgram(kind, n int, last bool) (*program, error) {
 	}
 	p.recs.Align = recordAlign(s.d)
 	b := &builder{p: p, pfx: s.pfx}
-	e := &emitter{s: s, b: b, done: s.words.Done}
+	e := &emitter{s: s, b: b, done: s.words.Done, prefill: kind == progPrefill}
 	nw := uint32(kernels.NoWord)
 	h := c.Hidden
 	if kind == progDecode {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"lithos/formats"
 	"lithos/kernels"
 	"lithos/pack/blm"
 	"lithos/runtime/model"
@@ -286,5 +287,58 @@ func TestCommitReplayLaunches(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProductTiles: an MMA-layout product of 9–16 rows takes the two-tile kernel
+// (lithos_blmx_*_t2, BLMXParams.Tiles 2) in a prefill chunk's launches only; a round's verify
+// or draft rows (up to block + 1 = 16) keep one tile and the split of a decode step's single
+// row, so that verify and decode sum in the same order; 1–8 rows keep one tile everywhere, and
+// so does a device with OneTile (LITHOS_CUDA_TILES=1).
+func TestProductTiles(t *testing.T) {
+	g, err := blm.NewGeometry(blm.Spec{Format: formats.FP8, N: 5120, K: 6144})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Matrix{Name: "o_proj", Geometry: g, Layout: kernels.BLMLayoutMMA, Ptr: 0x1000_0000, Scales: 0x2000_0000}
+	dev := kernels.BLMXDevice{SMs: 132, MaxCluster: 8}
+	one, err := kernels.NewBLMXParams(g, 1, kernels.EpiAdd, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		prefill, oneTile bool
+		rows             int
+		want             string
+	}{
+		{true, false, 16, "lithos_blmx_fp8_t2"},
+		{true, false, 9, "lithos_blmx_fp8_t2"},
+		{true, false, 8, "lithos_blmx_fp8"},
+		{false, false, 16, "lithos_blmx_fp8"},
+		{false, false, 9, "lithos_blmx_fp8"},
+		{true, true, 16, "lithos_blmx_fp8"},
+	} {
+		d := dev
+		d.OneTile = c.oneTile
+		s := &Session{t: &Target{MMA: d}}
+		p := &program{name: "products"}
+		e := &emitter{s: s, b: &builder{p: p, pfx: "fake"}, prefill: c.prefill}
+		e.mm(m, c.rows, kernels.NoWord, kernels.EpiAdd, 0x3000_0000, 0x4000_0000, 0, 0)
+		if e.b.err != nil {
+			t.Fatal(e.b.err)
+		}
+		if len(p.launches) != 1 || p.launches[0].name != c.want {
+			t.Fatalf("prefill %v, OneTile %v, %d rows: launches %+v, want one of %s", c.prefill, c.oneTile, c.rows, p.launches, c.want)
+		}
+		// The grid: one tile per threadgroup has ⌈rows/8⌉ along y, two one; a one-tile launch
+		// has the one-row split (its clusters and threadgroups).
+		l := p.launches[0]
+		if c.want == "lithos_blmx_fp8" {
+			if g := one.Grid(); l.grid[0] != g[0] || l.grid[1] != uint32((c.rows+7)/8) || l.cluster[0] != one.Cl {
+				t.Fatalf("prefill %v, %d rows: grid %v in clusters %v, want the one-row split's %d threadgroups in clusters of %d, %d tiles", c.prefill, c.rows, l.grid, l.cluster, g[0], one.Cl, (c.rows+7)/8)
+			}
+		} else if l.grid[1] != 1 {
+			t.Fatalf("prefill %v, %d rows in two tiles: grid %v, want one threadgroup per K part and cluster", c.prefill, c.rows, l.grid)
+		}
 	}
 }
