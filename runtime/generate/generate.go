@@ -175,7 +175,8 @@ func Open(ctx context.Context, dir, backendName string, log *slog.Logger) (*Runn
 //
 // A GPU backend that auto would keep must first pass a first-use self-check (selfcheck.go,
 // docs/runtime.md §7): a short greedy generation on the GPU and on the CPU backend over the
-// same mapped bundle, tokens identical and each step's logits within SelfCheckTolerance. One
+// same mapped bundle, tokens identical and each step's logits within SelfCheckTolerance (with a
+// BF16 KV cache: the float32 check, then the BF16 one within SelfCheckToleranceBF16). One
 // that fails is passed over with a warning saying what differed; the verdict, failed or
 // passed, is cached per backend, device, executable and bundle manifest in opt.SelfCheckDir,
 // so the check runs once (opt.SelfCheck, $LITHOS_SELFCHECK: off, force); a cached failure is

@@ -211,7 +211,8 @@ func TestSelfCheckRoundsNearTie(t *testing.T) {
 }
 
 // TestNearTie: a token within SelfCheckTolerance·max|row| of the row's top is a near tie; one
-// further down, outside the row, or without a row is not.
+// further down, outside the row, or without a row is not; the BF16 check's looser tolerance
+// makes the further one a near tie too.
 func TestNearTie(t *testing.T) {
 	row := []float32{1, 5, 4.996, -10} // tolerance 1e-3 · 10 = 0.01 below the top 5
 	for _, c := range []struct {
@@ -219,8 +220,11 @@ func TestNearTie(t *testing.T) {
 		row  []float32
 		want bool
 	}{{1, row, true}, {2, row, true}, {0, row, false}, {3, row, false}, {4, row, false}, {-1, row, false}, {1, nil, false}, {2, []float32{1, 5, 4.98, -10}, false}} {
-		if got := nearTie(c.tok, c.row); got != c.want {
+		if got := nearTie(c.tok, c.row, SelfCheckTolerance); got != c.want {
 			t.Errorf("nearTie(%d, %v) = %v, want %v", c.tok, c.row, got, c.want)
 		}
+	}
+	if !nearTie(2, []float32{1, 5, 4.98, -10}, SelfCheckToleranceBF16) {
+		t.Error("4.98 against the top 5 of max|row| 10: not a near tie within 1e-2")
 	}
 }

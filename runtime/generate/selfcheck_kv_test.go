@@ -13,10 +13,11 @@ import (
 )
 
 // TestSelfCheckKVBF16: with sessions that ask for a BF16 KV cache (Options.Session), auto's
-// first-use self-check runs every GPU session — the probe and the check's — with it, passes
-// (the CPU reference rounds the same way), and caches its verdict under a key that names the
-// cache type; the float32 cache's verdict is another file, checked on its own, and its key's
-// JSON has no kv_cache field (the float32 key is what it was without the field).
+// first-use self-check runs the float32 check first, then its own sessions with the BF16
+// cache — the probe too —, passes (the CPU reference rounds the same way), and caches its
+// verdict, held to SelfCheckToleranceBF16, under a key that names the cache type; the float32
+// cache's verdict is another file, checked on its own, and its key's JSON has no kv_cache field
+// (the float32 key is what it was without the field).
 func TestSelfCheckKVBF16(t *testing.T) {
 	dir := draftFixture(t, "b", pack.DraftBF16, 1)
 	cache := t.TempDir()
@@ -28,11 +29,11 @@ func TestSelfCheckKVBF16(t *testing.T) {
 	if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "fakegpu" {
 		t.Fatalf("BF16 cache: auto chose %s", r.Backend.Name())
 	}
-	if len(kvs) != 3 || slices.IndexFunc(kvs, func(k string) bool { return k != backend.KVBF16 }) >= 0 {
-		t.Fatalf("GPU sessions' KV caches %q: want bf16 for the probe and both check sessions", kvs)
+	if want := []string{backend.KVBF16, "", "", backend.KVBF16, backend.KVBF16}; !slices.Equal(kvs, want) {
+		t.Fatalf("GPU sessions' KV caches %q: want %q (the probe, the float32 part's two sessions, the BF16 part's two)", kvs, want)
 	}
-	if _, v := onlyVerdict(t, cache); !v.Pass || v.Key.KVCache != backend.KVBF16 {
-		t.Fatalf("verdict %+v: want a pass keyed by the BF16 cache", v)
+	if _, v := onlyVerdict(t, cache); !v.Pass || v.Key.KVCache != backend.KVBF16 || v.Tolerance != SelfCheckToleranceBF16 {
+		t.Fatalf("verdict %+v: want a pass keyed by the BF16 cache, held to %g", v, SelfCheckToleranceBF16)
 	}
 	kvs = nil
 	if r := openKV(t, dir, cache, g, ""); r.Backend.Name() != "fakegpu" {
@@ -93,4 +94,57 @@ func openKV(t *testing.T, dir, cache string, g *fakeGPU, kv string) *Runner {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// TestSelfCheckKVBF16Drift: the BF16 check holds its BF16 part to SelfCheckToleranceBF16 and
+// its float32 part to SelfCheckTolerance. A GPU whose BF16-cache logits drift 2e-3 (the
+// rounding flips of docs/performance.md §8.20) passes it; one whose BF16 logits drift 2e-2
+// fails it, naming that bound; one whose float32-cache logits drift 2e-3 (its BF16 ones exact)
+// fails it in the float32 part, which names the cache.
+func TestSelfCheckKVBF16Drift(t *testing.T) {
+	dir := draftFixture(t, "b", pack.DraftBF16, 1)
+	for _, c := range []struct {
+		name     string
+		eps      float32
+		onBF16   bool
+		pass     bool
+		warnings []string
+	}{
+		{"bf16 drift 2e-3", 2e-3, true, true, nil},
+		{"bf16 drift 2e-2", 2e-2, true, false, []string{"the prefill: logits differ from the CPU's by 0.02 relative", "tolerance 0.01"}},
+		{"f32 drift 2e-3", 2e-3, false, false, []string{"with the float32 KV cache (checked first): the prefill: logits differ from the CPU's by 0.002 relative", "tolerance 0.001"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cache := t.TempDir()
+			g := &fakeGPU{wrap: func(s backend.Session, opt backend.SessionOptions, _ int) backend.Session {
+				if (opt.KVCache == backend.KVBF16) == c.onBF16 {
+					return &driftSession{s, c.eps}
+				}
+				return s
+			}}
+			so := &backend.SessionOptions{Sampling: greedy, KVCache: backend.KVBF16}
+			var logs bytes.Buffer
+			r, err := openWith(context.Background(), dir, Options{Session: so, SelfCheckDir: cache, Log: logTo(&logs, 0)}, autoCands(g, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			_, v := onlyVerdict(t, cache)
+			if v.Pass != c.pass || (r.Backend.Name() == "fakegpu") != c.pass || v.Tolerance != SelfCheckToleranceBF16 {
+				t.Fatalf("backend %s, verdict %+v: want pass %v, tolerance %g", r.Backend.Name(), v, c.pass, SelfCheckToleranceBF16)
+			}
+			if c.pass && (v.MaxRelErr == nil || *v.MaxRelErr < 0.99*float64(c.eps)) {
+				t.Errorf("max relative error %v: want the BF16 part's %g", v.MaxRelErr, c.eps)
+			}
+			warn := warnings(&logs)
+			if c.pass != (len(warn) == 0) {
+				t.Fatalf("warnings %q", warn)
+			}
+			for _, w := range c.warnings {
+				if !strings.Contains(warn[0], w) {
+					t.Errorf("warning %q: want it to contain %q", warn[0], w)
+				}
+			}
+		})
+	}
 }

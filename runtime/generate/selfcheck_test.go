@@ -566,12 +566,20 @@ func TestCompareStep(t *testing.T) {
 		{"near tie", 2, 1, within, "", true},
 		{"not the GPU's argmax", 0, 1, within, "the GPU chose token 0, the CPU 1 (the logits agree within 0.0002 relative, but 0 is not the argmax", false},
 	} {
-		res := compareStep(k.gt, k.ct, k.g, c, true)
+		res := compareStep(k.gt, k.ct, k.g, c, true, SelfCheckTolerance)
 		if (k.fail == "") != (res.fail == "") || !strings.Contains(res.fail, k.fail) || res.tie != k.tie {
 			t.Errorf("%s: %+v: want fail %q, tie %v", k.name, res, k.fail, k.tie)
 		}
 	}
-	if res := compareStep(2, 1, nil, nil, false); res.fail != "the GPU chose token 2, the CPU 1" {
+	if res := compareStep(2, 1, nil, nil, false, SelfCheckTolerance); res.fail != "the GPU chose token 2, the CPU 1" {
 		t.Errorf("tokens only: %+v", res)
+	}
+	// The BF16 check's tolerance: 2e-3 passes, 2e-2 does not.
+	beyond := []float32{1, 5, 4.999, -10.02}
+	if res := compareStep(1, 1, beyond, c, true, SelfCheckToleranceBF16); res.fail != "" {
+		t.Errorf("2e-3 within the BF16 tolerance: %+v", res)
+	}
+	if res := compareStep(1, 1, []float32{1, 5, 4.999, -10.2}, c, true, SelfCheckToleranceBF16); !strings.Contains(res.fail, "by 0.02 relative") || !strings.Contains(res.fail, "tolerance 0.01") {
+		t.Errorf("2e-2 beyond the BF16 tolerance: %+v", res)
 	}
 }
