@@ -123,7 +123,8 @@ type checkKey struct {
 	Draft bool `json:"draft"`
 	// KVCache is the sessions' KV cache type when it is not the float32 default
 	// (backend.KVBF16: the check runs the BF16 kernels); omitted for float32, whose keys'
-	// JSON is then what it was before the field (no selfCheckVersion bump was needed).
+	// JSON is then what it was before the field (no selfCheckVersion bump was needed for it;
+	// version 4 re-checks every verdict once, for the BF16 check's float32 part).
 	KVCache string `json:"kv_cache,omitempty"`
 }
 
@@ -134,7 +135,10 @@ type verdict struct {
 	// Detail says what differed (a failure) or what agreed (a pass).
 	Detail string `json:"detail"`
 	// MaxRelErr is the largest step's max|GPU − CPU| ÷ max|CPU| (null when not finite or
-	// the sessions do not give logits); Tolerance the bound it was held to.
+	// the sessions do not give logits); Tolerance the bound of the key's cache type
+	// (checkTolerance). A BF16 check's float32 part is held to SelfCheckTolerance: when it is
+	// the part that failed, MaxRelErr and the tokens are its, and Detail names that cache and
+	// its bound.
 	MaxRelErr *float64 `json:"max_rel_err"`
 	Tolerance float64  `json:"tolerance"`
 	// CPUTokens and GPUTokens are the greedy tokens of the prefill and the plain steps.
@@ -387,8 +391,8 @@ func (e *gpuSideError) Unwrap() error { return e.err }
 // ref's target of the same bundle (runSelfCheck), every session of both with a KV cache of type
 // kv (backend.KVBF16, or "" for float32), its logits held to checkTolerance(kv). A BF16 check
 // first runs the float32 check (every kernel but the BF16 cache's, at SelfCheckTolerance) and
-// fails with it, so that only the cache's own rounding gets the looser bound; the verdict then
-// holds the BF16 part's figures. A difference is a failed verdict; so is an
+// fails with it (Detail names that part), so that only the cache's own rounding gets the looser
+// bound; when it passes, the verdict holds the BF16 part's figures. A difference is a failed verdict; so is an
 // error of the GPU's side (a kernel fault, a command-buffer error, a wait that gave up:
 // gpu.ErrDeviceBusy, a session whose Close fails), recorded in the verdict's Error and Detail.
 // Other errors are returned, wrapped as "self-check: <backend>: …": ref cannot load the bundle,
@@ -397,13 +401,16 @@ func selfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backe
 	start := time.Now()
 	v := &verdict{Tolerance: SelfCheckTolerance}
 	var err error
-	if kv == backend.KVBF16 {
+	f32Part := kv == backend.KVBF16 // the part running: a BF16 check's float32 one first
+	const f32Label = "with the float32 KV cache (checked first): "
+	if f32Part {
 		err = runSelfCheck(ctx, b, g, gd, ref, "", v)
 		if err == nil && !v.Pass {
-			v.Detail = "with the float32 KV cache (checked first): " + v.Detail
+			v.Detail = f32Label + v.Detail
 		}
 	}
 	if err == nil && (kv != backend.KVBF16 || v.Pass) {
+		f32Part = false
 		*v = verdict{Tolerance: checkTolerance(kv)}
 		err = runSelfCheck(ctx, b, g, gd, ref, kv, v)
 	}
@@ -419,6 +426,9 @@ func selfCheck(ctx context.Context, b *bundle.Bundle, g backend.Target, gd backe
 	msg := "the GPU failed during the check: " + err.Error()
 	if v.Detail != "" { // a difference found first, then the error (closing the sessions)
 		msg = v.Detail + "; then " + msg
+	}
+	if f32Part {
+		msg = f32Label + msg
 	}
 	v.Pass, v.Detail, v.Error = false, msg, err.Error()
 	return v, nil

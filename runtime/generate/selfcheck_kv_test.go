@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -146,5 +147,30 @@ func TestSelfCheckKVBF16Drift(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSelfCheckKVBF16Fault: a GPU-side fault (a Decode error) in the BF16 check's float32
+// part fails the verdict with a detail that names the float32 cache; one in its BF16 part
+// does not name it.
+func TestSelfCheckKVBF16Fault(t *testing.T) {
+	dir := draftFixture(t, "b", pack.DraftBF16, 1)
+	fault := errors.New("fake: kernel fault")
+	for _, onBF16 := range []bool{false, true} {
+		cache := t.TempDir()
+		g := &fakeGPU{wrap: func(s backend.Session, opt backend.SessionOptions, vocab int) backend.Session {
+			if opt.Capacity != probeCapacity && (opt.KVCache == backend.KVBF16) == onBF16 {
+				return faulty(func(context.Context) error { return fault }, nil)(s, opt, vocab)
+			}
+			return s
+		}}
+		if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "cpu" {
+			t.Fatalf("fault in the BF16 part %v: auto kept %s", onBF16, r.Backend.Name())
+		}
+		_, v := onlyVerdict(t, cache)
+		named := strings.HasPrefix(v.Detail, "with the float32 KV cache (checked first): the GPU failed during the check")
+		if v.Pass || !strings.Contains(v.Error, fault.Error()) || named == onBF16 {
+			t.Errorf("fault in the BF16 part %v: verdict %+v: want a failure whose detail names the float32 cache only for a fault there", onBF16, v)
+		}
 	}
 }
