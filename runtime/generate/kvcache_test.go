@@ -2,14 +2,11 @@ package generate
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"lithos/runtime/backend"
 	"lithos/runtime/backend/cpu"
 	"lithos/runtime/generate/gentest"
-	"lithos/runtime/model"
 	"lithos/runtime/sample"
 	"lithos/runtime/serve/servetest"
 	"lithos/runtime/tokenizer"
@@ -22,11 +19,7 @@ func TestKVCacheReachesSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(gentest.GoldenDir("b"), "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.ParseConfig(data)
+	cfg, err := gentest.GoldenConfig("b")
 	if err != nil {
 		t.Fatal(err)
 	}

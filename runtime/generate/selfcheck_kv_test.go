@@ -27,7 +27,7 @@ func TestSelfCheckKVBF16(t *testing.T) {
 		kvs = append(kvs, opt.KVCache)
 		return s
 	}}
-	if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "fakegpu" {
+	if r := openKV(t, dir, cache, g, backend.KVBF16, nil); r.Backend.Name() != "fakegpu" {
 		t.Fatalf("BF16 cache: auto chose %s", r.Backend.Name())
 	}
 	if want := []string{backend.KVBF16, "", "", backend.KVBF16, backend.KVBF16}; !slices.Equal(kvs, want) {
@@ -37,7 +37,7 @@ func TestSelfCheckKVBF16(t *testing.T) {
 		t.Fatalf("verdict %+v: want a pass keyed by the BF16 cache, held to %g", v, SelfCheckToleranceBF16)
 	}
 	kvs = nil
-	if r := openKV(t, dir, cache, g, ""); r.Backend.Name() != "fakegpu" {
+	if r := openKV(t, dir, cache, g, "", nil); r.Backend.Name() != "fakegpu" {
 		t.Fatalf("float32 cache: auto chose %s", r.Backend.Name())
 	}
 	if len(kvs) != 3 || slices.IndexFunc(kvs, func(k string) bool { return k != "" && k != backend.KVFloat32 }) >= 0 {
@@ -68,28 +68,30 @@ func TestSelfCheckKVBF16Failure(t *testing.T) {
 		}
 		return s
 	}}
-	if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "cpu" {
+	if r := openKV(t, dir, cache, g, backend.KVBF16, nil); r.Backend.Name() != "cpu" {
 		t.Fatalf("BF16 cache with wrong tokens: auto kept %s", r.Backend.Name())
 	}
 	if _, v := onlyVerdict(t, cache); v.Pass || v.Key.KVCache != backend.KVBF16 {
 		t.Fatalf("verdict %+v: want a failure keyed by the BF16 cache", v)
 	}
 	loads := g.loads
-	if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "cpu" || g.loads != loads {
+	if r := openKV(t, dir, cache, g, backend.KVBF16, nil); r.Backend.Name() != "cpu" || g.loads != loads {
 		t.Fatalf("BF16 cache again: backend %s after %d GPU loads (%d before): want the cached failure, no load", r.Backend.Name(), g.loads, loads)
 	}
-	if r := openKV(t, dir, cache, g, ""); r.Backend.Name() != "fakegpu" {
+	if r := openKV(t, dir, cache, g, "", nil); r.Backend.Name() != "fakegpu" {
 		t.Fatalf("float32 cache: auto chose %s: want the GPU, whose float32 sessions are right", r.Backend.Name())
 	}
 }
 
 // openKV opens dir under auto with g as the GPU, verdicts in cache, for greedy sessions with a
-// KV cache of type kv (Options.Session).
-func openKV(t *testing.T, dir, cache string, g *fakeGPU, kv string) *Runner {
+// KV cache of type kv (Options.Session), its log in logs (nil: discarded).
+func openKV(t *testing.T, dir, cache string, g *fakeGPU, kv string, logs *bytes.Buffer) *Runner {
 	t.Helper()
 	so := &backend.SessionOptions{Sampling: greedy, KVCache: kv}
-	var logs bytes.Buffer
-	r, err := openWith(context.Background(), dir, Options{Session: so, SelfCheckDir: cache, Log: logTo(&logs, 0)}, autoCands(g, nil))
+	if logs == nil {
+		logs = new(bytes.Buffer)
+	}
+	r, err := openWith(context.Background(), dir, Options{Session: so, SelfCheckDir: cache, Log: logTo(logs, 0)}, autoCands(g, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,13 +125,8 @@ func TestSelfCheckKVBF16Drift(t *testing.T) {
 				}
 				return s
 			}}
-			so := &backend.SessionOptions{Sampling: greedy, KVCache: backend.KVBF16}
 			var logs bytes.Buffer
-			r, err := openWith(context.Background(), dir, Options{Session: so, SelfCheckDir: cache, Log: logTo(&logs, 0)}, autoCands(g, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
+			r := openKV(t, dir, cache, g, backend.KVBF16, &logs)
 			_, v := onlyVerdict(t, cache)
 			if v.Pass != c.pass || (r.Backend.Name() == "fakegpu") != c.pass || v.Tolerance != SelfCheckToleranceBF16 {
 				t.Fatalf("backend %s, verdict %+v: want pass %v, tolerance %g", r.Backend.Name(), v, c.pass, SelfCheckToleranceBF16)
@@ -164,7 +161,7 @@ func TestSelfCheckKVBF16Fault(t *testing.T) {
 			}
 			return s
 		}}
-		if r := openKV(t, dir, cache, g, backend.KVBF16); r.Backend.Name() != "cpu" {
+		if r := openKV(t, dir, cache, g, backend.KVBF16, nil); r.Backend.Name() != "cpu" {
 			t.Fatalf("fault in the BF16 part %v: auto kept %s", onBF16, r.Backend.Name())
 		}
 		_, v := onlyVerdict(t, cache)

@@ -51,11 +51,7 @@ func fixture(t testing.TB) (*tokenizer.Tokenizer, model.Config, string) {
 		if fixtureTok, fixtureErr = tokenizer.Parse(gentest.TokenizerJSON()); fixtureErr != nil {
 			return
 		}
-		var data []byte
-		if data, fixtureErr = os.ReadFile(filepath.Join(gentest.GoldenDir("b"), "config.json")); fixtureErr != nil {
-			return
-		}
-		if fixtureCfg, fixtureErr = model.ParseConfig(data); fixtureErr != nil {
+		if fixtureCfg, fixtureErr = gentest.GoldenConfig("b"); fixtureErr != nil {
 			return
 		}
 		var tpl []byte

@@ -26,7 +26,6 @@ import (
 	"lithos/pack"
 	"lithos/runtime/chat"
 	"lithos/runtime/generate/gentest"
-	"lithos/runtime/model"
 	"lithos/runtime/serve"
 	"lithos/runtime/serve/servetest"
 	"lithos/runtime/tokenizer"
@@ -94,11 +93,7 @@ func scriptedServer(t *testing.T, script func(history string) string, opt serve.
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(gentest.GoldenDir("b"), "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.ParseConfig(data)
+	cfg, err := gentest.GoldenConfig("b")
 	if err != nil {
 		t.Fatal(err)
 	}

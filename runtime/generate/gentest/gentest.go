@@ -9,7 +9,8 @@
 // (id = byte value), ids 256… the merges listed in Merges, and the special tokens
 // <|endoftext|>, <|im_start|>, <|im_end|> are ids 600–602.
 //
-// Imports: lithos/pack, lithos/formats/safetensors, the standard library.
+// Imports: lithos/pack, lithos/formats/safetensors, lithos/runtime/model (GoldenConfig), the
+// standard library.
 package gentest
 
 import (
@@ -26,6 +27,7 @@ import (
 
 	"lithos/formats/safetensors"
 	"lithos/pack"
+	"lithos/runtime/model"
 )
 
 // Special token ids of the fixture tokenizer. Ids 603–607 are the special tokens
@@ -52,6 +54,21 @@ const ChatTemplate = "{%- for message in messages %}{{- '<|im_start|>' + message
 func GoldenDir(name string) string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "goldens", "qwen35-"+name)
+}
+
+// GoldenConfig is the parsed config.json of the golden checkpoint qwen35-<name>
+// (model.ParseConfig); errors name the file.
+func GoldenConfig(name string) (model.Config, error) {
+	f := filepath.Join(GoldenDir(name), "config.json")
+	data, err := os.ReadFile(f)
+	if err != nil {
+		return model.Config{}, err
+	}
+	c, err := model.ParseConfig(data)
+	if err != nil {
+		return model.Config{}, fmt.Errorf("%s: %w", f, err)
+	}
+	return c, nil
 }
 
 // byteLevel is GPT-2's byte → printable rune table (the ByteLevel pre-tokenizer's alphabet).
