@@ -51,7 +51,8 @@ const SelfCheckTolerance = 1e-3
 // measured on the 27B-shaped bundle (random weights, CPU backend, 11 prompt tokens, every key
 // and value moved by ±1e-6, ±4e-6 or ±1.6e-5 relative before the rounding), the last row's
 // logits moved 9.6e-4, 1.4e-3 and 1.8e-3 (the whole BF16 cache against float32: 4.1e-3); the
-// H100's BF16 check against the CPU gave 1.78e-3 (docs/performance.md §8.20). A fault in the
+// H100's BF16 check against the CPU gave 1.78e-3 (docs/performance.md §8.20;
+// TestBF16CacheSensitivity repeats the CPU measurement on a bundle). A fault in the
 // BF16 attention kernels (a wrong widening, offset or row) moves logits by O(1).
 const SelfCheckToleranceBF16 = 1e-2
 

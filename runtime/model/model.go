@@ -646,6 +646,10 @@ func (m *Model) attnMixer(l *Layer, st *State, ai int, out, x []float32, n int) 
 		copy(vc[(p0+r)*kvd:(p0+r+1)*kvd], vv[r*kvd:(r+1)*kvd])
 	}
 	if st.kvBF16 {
+		if h := KVRoundingProbe; h != nil {
+			h(kc[p0*kvd : (p0+n)*kvd])
+			h(vc[p0*kvd : (p0+n)*kvd])
+		}
 		roundBF16(kc[p0*kvd : (p0+n)*kvd])
 		roundBF16(vc[p0*kvd : (p0+n)*kvd])
 	}
@@ -708,6 +712,12 @@ func (a *arena) take(n int) []float32 {
 	a.cur, a.off = len(a.blocks)-1, n
 	return b[:n:n]
 }
+
+// KVRoundingProbe, when set, sees every key and value row a BF16-cache state (SetKVBF16)
+// writes, just before its rounding, and may change them: a measurement seam, nil in normal use
+// (runtime/generate's TestBF16CacheSensitivity moves them by ±ε to see how far the rounding's
+// flips move the logits). Set it only while no session runs.
+var KVRoundingProbe func(rows []float32)
 
 // roundBF16 rounds every value of x to the nearest BF16, ties to even (formats/bf16).
 func roundBF16(x []float32) {
