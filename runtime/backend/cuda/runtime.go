@@ -46,7 +46,8 @@ func (r *runtimeDevice) String() string { return describe(r.d.Info) }
 // describe is runtimeDevice.String of a device with info (UsableDevice gives the same). The
 // A/B switches that change which kernels run (LITHOS_CUDA_FRAGMENT=0, LITHOS_CUDA_CLUSTERS=0,
 // LITHOS_CUDA_MMA=0, LITHOS_CUDA_OVERLAP=0, LITHOS_CUDA_PUSH=0, LITHOS_CUDA_TILES=1,
-// LITHOS_CUDA_CLUSTER_FIRST, LITHOS_CUDA_DEFINES) are part of it, so that a self-check verdict is not reused across them.
+// LITHOS_CUDA_CLUSTER_FIRST, LITHOS_CUDA_DEFINES) are part of it, so that a self-check verdict
+// is not reused across them.
 func describe(info Info) string {
 	nv := "unknown"
 	if major, minor, err := NVRTCVersion(); err == nil {
@@ -154,8 +155,8 @@ func (r *runtimeDevice) MMALayout() (kernels.BLMXDevice, bool) {
 // clusters of up to kernels.BLMMaxClusters with the count of each size that runs at once
 // (ks.MaxActiveClusters of the one-tile NVFP4 kernel: every MMA-layout kernel takes the same
 // dynamic threadgroup memory, which decides it — the two-tile kernels' 1,312 more static bytes
-// still leave one threadgroup per multiprocessor; 0 from the driver is "none fits", a query it cannot answer leaves
-// the size to the multiprocessor count), NoPush with LITHOS_CUDA_PUSH=0, OneTile with
+// still leave one threadgroup per multiprocessor; 0 from the driver is "none fits", a query it
+// cannot answer leaves the size to the multiprocessor count), NoPush with LITHOS_CUDA_PUSH=0, OneTile with
 // LITHOS_CUDA_TILES=1 and ClusterFirst from LITHOS_CUDA_CLUSTER_FIRST (clusterFirst).
 func mmaDevice(d *Device, ks *Kernels, clusters bool) kernels.BLMXDevice {
 	dev := kernels.BLMXDevice{SMs: d.Info.SMs, MaxCluster: 1, NoPush: !pushOn(), OneTile: !twoTilesOn(), ClusterFirst: clusterFirst()}
