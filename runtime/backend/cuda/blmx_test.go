@@ -30,7 +30,8 @@ func blmxDevice(e *opEnv) kernels.BLMXDevice { return mmaDevice(e.d, e.ks, e.clu
 // 2⁻²¹·|s|·Σ|w·x| for the activations' two f16 pieces — and bit for bit: token t of an 8-row launch
 // is the 1-row launch of token t, rows 8–15 of a 16-row launch are the 8-row launch of those rows,
 // in one tile per threadgroup and in two (lithos_blmx_*_t2, 11 and 16 rows, in the same split);
-// at 8 rows the folded RMSNorm too (Norm 1) against the CPU's RMSNorm then product; in clusters
+// at 8 rows and in two tiles the folded RMSNorm too (Norm 1) against the CPU's RMSNorm then
+// product, the two tiles' first 8 rows bit for bit the 8-row launch's; in clusters
 // all of it both ways of adding the ranks' sums (Push 1, the split's, and 0, the LM head's).
 func TestBLMX(t *testing.T) {
 	if emulatorEnabled() && !emulateTensorCore() {
@@ -72,13 +73,13 @@ func TestBLMX(t *testing.T) {
 		for i := range tol {
 			tol[i] += (tol[i] - 4*u*math.Abs(want[i])) / (2 * gamma) * 0x1p-21
 		}
-		// RMSNorm(x) of the first 8 rows (weights 1 + w, the checkpoint's), its product on the CPU
+		// RMSNorm(x) of the 16 rows (weights 1 + w, the checkpoint's), its product on the CPU
 		// and the bound plus the fold's roundings (x·nw and r·y: 2⁻²² of Σ|W·xn|; r from a
 		// float32 Σx²: γ_K/2 relative).
 		nw := model.OnePlus(e.randn(k, 0.5))
-		xn := make([]float32, 8*k)
-		model.RMSNorm(xn, x[:8*k], nw, 8, 1e-6)
-		wantN, tolN := m.ref(t, all, xn, 8)
+		xn := make([]float32, 16*k)
+		model.RMSNorm(xn, x, nw, 16, 1e-6)
+		wantN, tolN := m.ref(t, all, xn, 16)
 		for i := range tolN {
 			tolN[i] += (tolN[i] - 4*u*math.Abs(wantN[i])) / (2 * gamma) * (0x1p-21 + gamma/2 + 0x1p-22)
 		}
@@ -95,7 +96,8 @@ func TestBLMX(t *testing.T) {
 					pushes = []uint32{1, 0}
 				}
 				for _, push := range pushes {
-					var r1 [][]float32 // token t alone
+					var r1 [][]float32  // token t alone
+					var norm8 []float32 // the 8-row launch of RMSNorm(x) in one tile
 					for _, rt := range [][2]int{{1, 1}, {3, 1}, {8, 1}, {16, 1}, {16, 2}, {11, 2}} {
 						rows, tiles := rt[0], uint32(rt[1])
 						d := dev
@@ -142,14 +144,26 @@ func TestBLMX(t *testing.T) {
 						e.run(name, rec, rec.Grid(), bw, bs, bx, by, bs)
 						got := e.read(by, rows*n)
 						check(t, fmt.Sprintf("%d rows in %d tiles per threadgroup, Push %d", rows, tiles, push), got, f32s(want[:rows*n]), func(i int) float64 { return tol[i] })
-						if rows == 8 {
+						if rows == 8 || tiles > 1 {
 							// The same rows through the folded RMSNorm (Norm 1: the ranks' Σx² added
-							// through distributed shared memory) against RMSNorm then the product.
+							// through distributed shared memory) against RMSNorm then the product;
+							// in two tiles each tile's Σx² its own, so the first 8 rows bit for bit
+							// the 8-row launch's in one tile.
 							rn := rec
 							rn.Norm, rn.Eps = 1, 1e-6
 							byn := e.poisoned(rows * n)
 							e.run(name, rn, rn.Grid(), bw, bs, bx, byn, bnw)
-							check(t, fmt.Sprintf("8 rows of RMSNorm(x), Push %d", push), e.read(byn, rows*n), f32s(wantN), func(i int) float64 { return tolN[i] })
+							gotN := e.read(byn, rows*n)
+							check(t, fmt.Sprintf("%d rows of RMSNorm(x) in %d tiles, Push %d", rows, tiles, push), gotN, f32s(wantN[:rows*n]), func(i int) float64 { return tolN[i] })
+							if tiles == 1 {
+								norm8 = gotN
+							} else {
+								for i := range norm8 {
+									if math.Float32bits(gotN[i]) != math.Float32bits(norm8[i]) {
+										t.Fatalf("Push %d, RMSNorm(x) in %d rows, two tiles: y[%d, %d] = %g, the 8-row launch in one tile gave %g", push, rows, i/n, i%n, gotN[i], norm8[i])
+									}
+								}
+							}
 						}
 						for tt := 0; tt < rows; tt++ {
 							for i := 0; i < n; i++ {
