@@ -11,7 +11,11 @@
 #   TAR=bin/nb.tar.xz ORDER="new base new base" OUT=$OUT tools/ab27b.sh
 # Each name in ORDER runs `lithos-run bench --backend cuda --context 4096 --max-tokens 64 --runs 2`
 # once, in that order (interleave them: the clocks drift within a call). SELFCHECK=NAME adds the
-# first-use self-check of that build. Everything goes to $OUT/ab.log as it happens — not through
+# first-use self-check of that build. TIMELINE=NAME adds, with that build, the two timelines of
+# LITHOS_CUDA_TIMELINE summed by tools/timeline.py (docs/performance.md §3.3t): a speculative
+# round (one bench run) into $OUT/timeline-round.txt, and a full 16-row prefill chunk (generate
+# --no-draft with a 1,024-token prompt and one token: the last replay of a chunk before the
+# last) into $OUT/timeline-prefill.txt; their per-launch lines go into ab-runs.tgz. Everything goes to $OUT/ab.log as it happens — not through
 # a pipe, so a call cut off by its time limit still returns what was measured — one summary line
 # per run; each run's JSON and stderr (ab-NAME-I.json, .err) go to $OUT/runs/ while it runs
 # and into $OUT/ab-runs.tgz at the end (the device call returns at most 8 files: this leaves
@@ -25,6 +29,7 @@
 set -u
 [ -n "${ORDER:-}" ] || { echo "ab27b.sh: ORDER names the builds in /tmp/nb to run" >&2; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "ab27b.sh: no nvidia-smi: run it on the GPU machine" >&2; exit 1; }
+ROOT=$(pwd)
 OUT=$(realpath -m "${OUT:-/tmp/ab27b}")
 R=$OUT/runs
 mkdir -p "$OUT" "$R" /tmp/nb /tmp/w
@@ -58,6 +63,17 @@ done
 if [ -n "${SELFCHECK:-}" ]; then
   LITHOS_SELFCHECK=force timeout 90 /tmp/nb/$SELFCHECK/lithos-run generate q.lithos --prompt-ids 1,2,3 --max-tokens 4 --json >"$OUT/selfcheck.json" 2>"$OUT/selfcheck.err"
   echo "selfcheck $SELFCHECK rc=$?"; grep -i "self-check" "$OUT/selfcheck.err" | tail -n 3
+fi
+if [ -n "${TIMELINE:-}" ]; then
+  LITHOS_CUDA_TIMELINE=/tmp/tl-round.bin timeout 150 /tmp/nb/$TIMELINE/lithos-run bench q.lithos --backend cuda --context 4096 --max-tokens 64 --runs 1 --json >"$R/tl-round.json" 2>"$R/tl-round.err"
+  echo "timeline round $TIMELINE rc=$?"
+  python3 "$ROOT/tools/timeline.py" /tmp/tl-round.bin --launches "$R/tl-round-launches.txt" >"$OUT/timeline-round.txt" 2>&1
+  head -n 30 "$OUT/timeline-round.txt"
+  LITHOS_CUDA_TIMELINE=/tmp/tl-prefill.bin timeout 150 /tmp/nb/$TIMELINE/lithos-run generate q.lithos --backend cuda --context 2048 --no-draft --prompt-ids "$(seq -s, 1 1024)" --max-tokens 1 --json >"$R/tl-prefill.json" 2>"$R/tl-prefill.err"
+  echo "timeline prefill $TIMELINE rc=$?"
+  python3 "$ROOT/tools/timeline.py" /tmp/tl-prefill.bin --launches "$R/tl-prefill-launches.txt" >"$OUT/timeline-prefill.txt" 2>&1
+  head -n 30 "$OUT/timeline-prefill.txt"
+  rm -f /tmp/tl-round.bin /tmp/tl-prefill.bin
 fi
 tar -C "$OUT" -czf "$OUT/ab-runs.tgz" runs && rm -rf "$R"
 echo "done at $(( $(date +%s) - t0 )) s"
