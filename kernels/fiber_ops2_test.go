@@ -506,6 +506,69 @@ func TestFiberAttentionBlock(t *testing.T) {
 	}
 }
 
+// TestFiberAttentionRows: the partials' threadgroups of 16 queries of one KV head (3 heads of
+// a KV head here, so a threadgroup holds rows whose causal key counts differ, and its last
+// slice a part of a row) against runtime/model.Attend, at 11 causal rows across a partition
+// boundary, all of them and a dynamic 7 of them (the last slice empty); and each row bit for bit
+// its 1-row launch at its position, as a speculative round's verify rows must be a decode
+// step's.
+func TestFiberAttentionRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	s := model.AttnShape{Heads: 6, KVHeads: 2, HeadDim: 40}
+	const rows, p0, part, capacity = 11, 40, 16, 64
+	kvRow, qRow := s.KVHeads*s.HeadDim, s.Heads*s.HeadDim
+	kc := randVec(r, capacity*kvRow, 1)
+	vc := randVec(r, capacity*kvRow, 1)
+	q := randVec(r, rows*qRow, 1)
+	scale := float32(1 / math.Sqrt(float64(s.HeadDim)))
+	parts := uint32(capacity / part)
+	run := func(n, dyn int, pos uint32, qs []float32) []float32 {
+		ctl := make([]uint32, 64)
+		ctl[1], ctl[2] = pos, uint32(dyn)
+		ap := AttnParams{DoneWord: NoWord, Rows: uint32(n), RowsWord: 2, PosWord: 1, Heads: 6, KVHeads: 2, HeadDim: 40,
+			LdQ: uint32(qRow), LdO: uint32(qRow), LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale}
+		if err := ap.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if n == rows && ap.AttnSlices() != 3 {
+			t.Fatalf("%d slices of 16 queries for 3·%d, want 3", ap.AttnSlices(), n)
+		}
+		var j job
+		c := j.buf(u32Bytes(ctl))
+		kb, vb := j.f32(kc), j.f32(vc)
+		m := n * s.Heads * int(parts)
+		pm, pl, po, out := j.poison(m), j.poison(m), j.poison(m*s.HeadDim), j.poison(n*qRow)
+		rec := j.buf(Record(ap))
+		j.launch(t, "lithos_attn_partial", ap.GridPartial(), c, rec, j.f32(qs), kb, vb, pm, pl, po)
+		j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out, out)
+		return bytesF32(j.mustRun(t)[out])
+	}
+	for _, dyn := range []int{rows, 7} {
+		want := make([]float32, dyn*qRow)
+		if err := model.Attend(s, want, q[:dyn*qRow], dyn, p0, kc, vc, scale, model.DefaultKeyPartition); err != nil {
+			t.Fatal(err)
+		}
+		got := run(rows, dyn, p0, q)
+		closeTo(t, fmt.Sprintf("%d of %d rows", dyn, rows), got[:dyn*qRow], want, 1e-5, 2e-6)
+		for i := dyn * qRow; i < len(got); i++ {
+			if !math.IsNaN(float64(got[i])) {
+				t.Fatalf("%d of %d rows: out[%d] = %g past the dynamic rows, want it untouched", dyn, rows, i, got[i])
+			}
+		}
+		if dyn != rows {
+			continue
+		}
+		for row := range rows {
+			one := run(1, 1, uint32(p0+row), q[row*qRow:(row+1)*qRow])
+			for i := range one {
+				if math.Float32bits(one[i]) != math.Float32bits(got[row*qRow+i]) {
+					t.Fatalf("row %d: out[%d] = %g among %d rows, %g as a 1-row launch", row, i, got[row*qRow+i], rows, one[i])
+				}
+			}
+		}
+	}
+}
+
 func TestFiberGatherL2(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
 	t.Run("gather_bf16", func(t *testing.T) {

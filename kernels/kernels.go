@@ -507,8 +507,8 @@ func buildRegistry() []Kernel {
 	caches := []struct{ elem, suffix string }{{"f32", ""}, {"u16", "_bf16"}}
 	for _, c := range caches {
 		kv, suffix := c.elem, c.suffix
-		ks = append(ks, Kernel{Name: "lithos_attn_partial" + suffix, Op: "attn_partial", Threads: 128, Params: AttnParams{}, CtlRW: true,
-			Defines: map[string]string{"KV_T": kv},
+		ks = append(ks, Kernel{Name: "lithos_attn_partial" + suffix, Op: "attn_partial", Threads: 256, Params: AttnParams{}, CtlRW: true,
+			Defines: map[string]string{"KV_T": kv, "ATTN_QS": fmt.Sprintf("%du", attnQueries)},
 			Buffers: []Buffer{f32("q", false), buf("kc", kv, false), buf("vc", kv, false), f32("pm", true), f32("pl", true), f32("po", true)}})
 	}
 	ks = append(ks, Kernel{Name: "lithos_attn_merge", Op: "attn_merge", Threads: 128, Params: AttnParams{}, CtlRW: true,

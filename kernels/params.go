@@ -457,8 +457,26 @@ func AttnKernels(bf16 bool) (prep, partial string) {
 	return "lithos_attn_prep", "lithos_attn_partial"
 }
 
-// GridPartial is (Heads, rows, Parts); partitions past a row's last key return at once.
-func (p AttnParams) GridPartial() [3]uint32 { return [3]uint32{p.Heads, p.Rows, p.Parts} }
+// attnQueries is the queries one lithos_attn_partial threadgroup takes (ATTN_QS): the
+// (row, head) pairs of one KV head, which share its keys and values. 16 of the 27B's 6·8 of a
+// verify pass: each partition's keys and values are read 3 times, not 48 (docs/performance.md
+// §3.3aa).
+const attnQueries = 16
+
+// AttnSlices is the threadgroups per KV head and partition of lithos_attn_partial:
+// ⌈(Heads/KVHeads)·Rows / 16⌉, 16 queries (row, head) each.
+func (p AttnParams) AttnSlices() uint32 {
+	if p.KVHeads == 0 {
+		return 0
+	}
+	return ceilDiv(p.Heads/p.KVHeads*p.Rows, attnQueries)
+}
+
+// GridPartial is (KVHeads·AttnSlices, 1, Parts); slices past the dynamic rows' queries and
+// partitions past their rows' last key return at once.
+func (p AttnParams) GridPartial() [3]uint32 {
+	return [3]uint32{p.KVHeads * p.AttnSlices(), 1, p.Parts}
+}
 
 // GridMerge is (Heads, rows, 1).
 func (p AttnParams) GridMerge() [3]uint32 { return [3]uint32{p.Heads, p.Rows, 1} }

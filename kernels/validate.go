@@ -513,7 +513,8 @@ const AttnMaxPart = 128
 // row's keys: Pos + Rows ≤ Parts·Part, with Block Pos < Parts·Part (a dynamic position is the
 // kernels' guard, GuardAttnPartial / GuardAttnMerge); Block 0 or 1; q, out ([Rows, LdQ / LdO], Heads·HeadDim values), the
 // caches (Parts·Part rows of LdKV, KVHeads·HeadDim values) and the scratch
-// (Rows·Heads·Parts·HeadDim) within 32-bit offsets; out's rows apart; Parts ≤ 65535 (grid z);
+// (Rows·Heads·Parts·HeadDim) within 32-bit offsets; out's rows apart; Parts ≤ 65535 (the
+// partials' grid z) and Rows ≤ 65535 (the merge's grid y);
 // Gate 0 or 1, with Gate the gate ([Rows, LdG], head h at h·GateStride) within 32-bit offsets.
 func (p AttnParams) Validate() error {
 	c := vcheck{rec: "AttnParams"}
@@ -553,7 +554,8 @@ func (p AttnParams) Validate() error {
 	if p.Gate == 1 && p.Heads > 0 {
 		c.span("LdG", rows, uint64(p.LdG), uint64(p.Heads-1)*uint64(p.GateStride)+uint64(p.HeadDim), "(Rows−1)·LdG + (Heads−1)·GateStride + HeadDim")
 	}
-	c.grid(p.GridPartial(), [3]string{"Heads", "Rows", "Parts"})
+	c.grid(p.GridPartial(), [3]string{"Heads", "", "Parts"})
+	c.grid(p.GridMerge(), [3]string{"Heads", "Rows", ""})
 	return c.err()
 }
 
