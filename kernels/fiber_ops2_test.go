@@ -508,14 +508,16 @@ func TestFiberAttentionBlock(t *testing.T) {
 
 // TestFiberAttentionRows: the partials' threadgroups of 16 queries of one KV head (3 heads of
 // a KV head here, so a threadgroup holds rows whose causal key counts differ, and its last
-// slice a part of a row) against runtime/model.Attend, at 11 causal rows across a partition
-// boundary, all of them and a dynamic 7 of them (the last slice empty); and each row bit for bit
+// slice a part of a row) against runtime/model.Attend, at 11 causal rows whose key counts in
+// their last partition straddle the value loop's 32-key batches, all of them and a dynamic 7 of them (the last slice empty); and each row bit for bit
 // its 1-row launch at its position, as a speculative round's verify rows must be a decode
 // step's.
 func TestFiberAttentionRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	s := model.AttnShape{Heads: 6, KVHeads: 2, HeadDim: 40}
-	const rows, p0, part, capacity = 11, 40, 16, 64
+	// Partitions of 64 keys (gpu.AttnPartition): in the second, rows see 27 … 37 keys, across the
+	// value loop's batches of 32.
+	const rows, p0, part, capacity = 11, 90, 64, 128
 	kvRow, qRow := s.KVHeads*s.HeadDim, s.Heads*s.HeadDim
 	kc := randVec(r, capacity*kvRow, 1)
 	vc := randVec(r, capacity*kvRow, 1)

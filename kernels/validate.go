@@ -554,7 +554,7 @@ func (p AttnParams) Validate() error {
 	if p.Gate == 1 && p.Heads > 0 {
 		c.span("LdG", rows, uint64(p.LdG), uint64(p.Heads-1)*uint64(p.GateStride)+uint64(p.HeadDim), "(Rows−1)·LdG + (Heads−1)·GateStride + HeadDim")
 	}
-	c.grid(p.GridPartial(), [3]string{"Heads", "", "Parts"})
+	c.grid(p.GridPartial(), [3]string{"KVHeads", "", "Parts"})
 	c.grid(p.GridMerge(), [3]string{"Heads", "Rows", ""})
 	return c.err()
 }
