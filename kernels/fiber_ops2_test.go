@@ -475,18 +475,7 @@ func TestFiberAttentionBlock(t *testing.T) {
 	run := func(n int, block uint32, qs []float32) []float32 {
 		ap := AttnParams{DoneWord: NoWord, Rows: uint32(n), RowsWord: NoWord, PosWord: 1, Heads: 4, KVHeads: 2, HeadDim: 48,
 			LdQ: uint32(qRow), LdO: uint32(qRow), LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale, Block: block}
-		if err := ap.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		var j job
-		c := j.buf(u32Bytes(ctl))
-		kb, vb := j.f32(kc), j.f32(vc)
-		m := n * s.Heads * int(parts)
-		pm, pl, po, out := j.poison(m), j.poison(m), j.poison(m*s.HeadDim), j.poison(n*qRow)
-		rec := j.buf(Record(ap))
-		j.launch(t, "lithos_attn_partial", ap.GridPartial(), c, rec, j.f32(qs), kb, vb, pm, pl, po)
-		j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out, out)
-		return bytesF32(j.mustRun(t)[out])
+		return runAttention(t, ap, ctl, kc, vc, qs)
 	}
 	got := run(rows, 1, q)
 	closeTo(t, "block attention", got, want, 1e-5, 2e-6)
@@ -506,12 +495,31 @@ func TestFiberAttentionBlock(t *testing.T) {
 	}
 }
 
+// runAttention validates ap, then runs lithos_attn_partial and lithos_attn_merge over the
+// float32 caches kc, vc with queries q ([ap.Rows, LdQ]) and the control words ctl, the scratch
+// and out poisoned, and returns out ([ap.Rows, LdO]).
+func runAttention(t *testing.T, ap AttnParams, ctl []uint32, kc, vc, q []float32) []float32 {
+	t.Helper()
+	if err := ap.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var j job
+	c := j.buf(u32Bytes(ctl))
+	kb, vb := j.f32(kc), j.f32(vc)
+	m := int(ap.Rows * ap.Heads * ap.Parts)
+	pm, pl, po, out := j.poison(m), j.poison(m), j.poison(m*int(ap.HeadDim)), j.poison(int(ap.Rows*ap.LdO))
+	rec := j.buf(Record(ap))
+	j.launch(t, "lithos_attn_partial", ap.GridPartial(), c, rec, j.f32(q), kb, vb, pm, pl, po)
+	j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out, out)
+	return bytesF32(j.mustRun(t)[out])
+}
+
 // TestFiberAttentionRows: the partials' threadgroups of 16 queries of one KV head (3 heads of
 // a KV head here, so a threadgroup holds rows whose causal key counts differ, and its last
 // slice a part of a row) against runtime/model.Attend, at 11 causal rows whose key counts in
-// their last partition straddle the value loop's 32-key batches, all of them and a dynamic 7 of them (the last slice empty); and each row bit for bit
-// its 1-row launch at its position, as a speculative round's verify rows must be a decode
-// step's.
+// their last partition straddle the value loop's 32-key batches, all of them and a dynamic 7
+// of them (the last slice empty); and each row bit for bit its 1-row launch at its position, as
+// a speculative round's verify rows must be a decode step's.
 func TestFiberAttentionRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	s := model.AttnShape{Heads: 6, KVHeads: 2, HeadDim: 40}
@@ -529,21 +537,10 @@ func TestFiberAttentionRows(t *testing.T) {
 		ctl[1], ctl[2] = pos, uint32(dyn)
 		ap := AttnParams{DoneWord: NoWord, Rows: uint32(n), RowsWord: 2, PosWord: 1, Heads: 6, KVHeads: 2, HeadDim: 40,
 			LdQ: uint32(qRow), LdO: uint32(qRow), LdKV: uint32(kvRow), Part: part, Parts: parts, Scale: scale}
-		if err := ap.Validate(); err != nil {
-			t.Fatal(err)
-		}
 		if n == rows && ap.AttnSlices() != 3 {
 			t.Fatalf("%d slices of 16 queries for 3·%d, want 3", ap.AttnSlices(), n)
 		}
-		var j job
-		c := j.buf(u32Bytes(ctl))
-		kb, vb := j.f32(kc), j.f32(vc)
-		m := n * s.Heads * int(parts)
-		pm, pl, po, out := j.poison(m), j.poison(m), j.poison(m*s.HeadDim), j.poison(n*qRow)
-		rec := j.buf(Record(ap))
-		j.launch(t, "lithos_attn_partial", ap.GridPartial(), c, rec, j.f32(qs), kb, vb, pm, pl, po)
-		j.launch(t, "lithos_attn_merge", ap.GridMerge(), c, rec, pm, pl, po, out, out)
-		return bytesF32(j.mustRun(t)[out])
+		return runAttention(t, ap, ctl, kc, vc, qs)
 	}
 	for _, dyn := range []int{rows, 7} {
 		want := make([]float32, dyn*qRow)
